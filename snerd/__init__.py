@@ -1,0 +1,24 @@
+"""snerd: an embedded, event-sourced background-job queue.
+
+The public face: ``snerd.Queue`` for the in-process engine, ``snerd.Client`` for a
+daemon spawned over stdio. Heavy modules load lazily so the daemon starts fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["Client", "Queue", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Queue":
+        from snerd.dispatcher.embedded import Queue
+
+        return Queue
+    if name == "Client":
+        from snerd.rpc.client import Client
+
+        return Client
+    raise AttributeError(name)
