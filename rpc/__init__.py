@@ -1,0 +1,1 @@
+"""rpc/: the stdio wire protocol, the daemon entry point and the thin client."""

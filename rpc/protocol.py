@@ -1,0 +1,552 @@
+"""The stdio wire protocol: one JSON object per line, both ways. Pure: no I/O, no clock.
+
+``parse_line`` turns an inbound line into a frozen command or raises
+:class:`InvalidMessage` (a :class:`~snerd.errors.ProtocolError`) naming the field; the
+encoders build outbound lines (bytes, ``\\n``-terminated). ``specs/protocol.md`` is the
+normative description; this module implements it.
+
+Conventions (why in the spec): unknown fields are ignored; ``null`` means absent, and so
+do ``""`` for optional text fields and ``0`` for ``max_execution_seconds``; ``bool`` is
+never an integer; a ``request_id`` (string or integer) is echoed in every reply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, fields
+from typing import Any, ClassVar, Final, NoReturn, TypeAlias
+from urllib.parse import urlsplit
+
+import orjson
+
+from snerd.errors import EventError, ProtocolError
+from snerd.projections.schedule import format_instant, parse_cron, parse_instant
+
+MAX_LINE_BYTES: Final = 1 << 20
+"""Longest accepted inbound line in bytes, not counting the line terminator."""
+
+DEFAULT_MAX_RETRIES: Final = 3
+
+RequestId: TypeAlias = str | int
+
+# Error codes carried in ``error`` replies (the table is in specs/protocol.md).
+INVALID_JSON: Final = "invalid_json"
+LINE_TOO_LONG: Final = "line_too_long"
+UNKNOWN_ACTION: Final = "unknown_action"
+MISSING_FIELD: Final = "missing_field"
+INVALID_FIELD: Final = "invalid_field"
+DUPLICATE_TASK: Final = "duplicate_task"
+UNKNOWN_TASK: Final = "unknown_task"
+NOT_ACTIVE: Final = "not_active"
+INVALID_STATE: Final = "invalid_state"
+STORAGE_ERROR: Final = "storage_error"
+INTERNAL_ERROR: Final = "internal_error"
+ERROR_CODES: Final = frozenset(
+    {
+        INVALID_JSON, LINE_TOO_LONG, UNKNOWN_ACTION, MISSING_FIELD, INVALID_FIELD,
+        DUPLICATE_TASK, UNKNOWN_TASK, NOT_ACTIVE, INVALID_STATE, STORAGE_ERROR,
+        INTERNAL_ERROR,
+    }
+)  # fmt: skip
+
+
+class InvalidMessage(ProtocolError):
+    """An inbound line was rejected. Carries everything the ``error`` reply needs.
+
+    ``raw`` is the offending line (its first 1 KiB when it was too long).
+    """
+
+    def __init__(
+        self, message: str, *, code: str, field: str | None = None, task_id: str | None = None,
+        request_id: RequestId | None = None, raw: bytes = b"",
+    ) -> None:  # fmt: skip
+        super().__init__(message, field=field, task_id=task_id)
+        self.code = code
+        self.request_id = request_id
+        self.raw = raw
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class Register:
+    """This process runs handlers for ``task_type``; the daemon may send it ``execute``."""
+
+    action: ClassVar[str] = "register"
+    task_type: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """Add a task. Times are epoch seconds (UTC); ``task_data`` is JSON text."""
+
+    action: ClassVar[str] = "enqueue"
+    task_id: str
+    task_type: str
+    _: KW_ONLY
+    task_data: str = "null"
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_after_hours: float = 0.0
+    auto_dedupe: bool = False
+    urgency_score: float = 0.0
+    rate_limit_group: str | None = None
+    max_per_minute: int | None = None
+    execute_at: float | None = None
+    cron: str | None = None
+    webhook_url: str | None = None
+    max_execution_seconds: float | None = None
+    pool: str | None = None
+    trigger_after_ids: tuple[str, ...] = ()
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Outcome of the running attempt of ``task_id`` (``attempt`` pins which one)."""
+
+    action: ClassVar[str] = "result"
+    task_id: str
+    success: bool
+    _: KW_ONLY
+    error: str | None = None
+    attempt: int | None = None
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress report (any JSON value) from the handler running ``task_id``."""
+
+    action: ClassVar[str] = "progress"
+    task_id: str
+    data: Any = None
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Ask for queue counters."""
+
+    action: ClassVar[str] = "stats"
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Drop a task that has not finished (its running attempt's result is then refused)."""
+
+    action: ClassVar[str] = "cancel"
+    task_id: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Move a dead-lettered task back to the queue with its retry count reset."""
+
+    action: ClassVar[str] = "requeue"
+    task_id: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    """Ask for one task's current state."""
+
+    action: ClassVar[str] = "get"
+    task_id: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+Command: TypeAlias = Register | Enqueue | Result | Progress | Stats | Cancel | Requeue | Get
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_line(line: bytes | str) -> Command:
+    """Parse one inbound line (terminator optional). Raises only :class:`InvalidMessage`.
+
+    Callers skip blank lines before calling; a blank line is an ``invalid_json`` error.
+    """
+    raw = _bounded_bytes(line)
+    try:
+        msg = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        what = "line is empty" if not raw.strip() else f"line is not valid JSON ({exc})"
+        raise InvalidMessage(what, code=INVALID_JSON, raw=raw) from None
+    if not isinstance(msg, dict):
+        what = f"message must be a JSON object, got {_show(msg)}"
+        raise InvalidMessage(what, code=INVALID_JSON, raw=raw)
+    reader = _Reader(msg, raw)
+    action = msg.get("action")
+    if action is None:
+        reader.fail("action", "action is required", code=MISSING_FIELD)
+    parse = _PARSERS.get(action) if isinstance(action, str) else None
+    if parse is None:
+        known = ", ".join(sorted(_PARSERS))
+        reader.fail("action", f"unknown action {_show(action)} (known: {known})", UNKNOWN_ACTION)
+    return parse(reader)
+
+
+def _bounded_bytes(line: bytes | str) -> bytes:
+    if isinstance(line, str):
+        if len(line) > MAX_LINE_BYTES + 2:
+            raise _too_long(line[:1024].encode("utf-8", "replace"))
+        try:
+            line = line.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidMessage("line is not valid UTF-8", code=INVALID_JSON) from None
+    body = line.rstrip(b"\r\n")
+    if len(body) > MAX_LINE_BYTES:
+        raise _too_long(body[:1024])
+    return body
+
+
+def _too_long(head: bytes) -> InvalidMessage:
+    return InvalidMessage(f"line exceeds {MAX_LINE_BYTES} bytes", code=LINE_TOO_LONG, raw=head)
+
+
+class _Reader:
+    """Typed access to one message's fields; every failure names the field."""
+
+    __slots__ = ("msg", "raw", "request_id", "task_id")
+
+    def __init__(self, msg: dict[str, Any], raw: bytes) -> None:
+        self.msg, self.raw = msg, raw
+        tid = msg.get("task_id")
+        self.task_id: str | None = tid if isinstance(tid, str) and tid else None
+        self.request_id: RequestId | None = None
+        rid = msg.get("request_id")
+        if rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
+            self.fail("request_id", f"request_id must be a string or an integer, got {_show(rid)}")
+        self.request_id = rid
+
+    def fail(self, name: str, message: str, code: str = INVALID_FIELD) -> NoReturn:
+        raise InvalidMessage(
+            message, code=code, field=name, task_id=self.task_id,
+            request_id=self.request_id, raw=self.raw,
+        )  # fmt: skip
+
+    def get(self, name: str) -> Any:
+        return self.msg.get(name)
+
+    def text(self, name: str) -> str:
+        value = self.msg.get(name)
+        if value is None:
+            self.fail(name, f"{name} is required", code=MISSING_FIELD)
+        if not isinstance(value, str) or not value:
+            self.fail(name, f"{name} must be a non-empty string, got {_show(value)}")
+        return value
+
+    def opt_text(self, name: str) -> str | None:
+        value = self.msg.get(name)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            self.fail(name, f"{name} must be a string, got {_show(value)}")
+        return value
+
+    def integer(self, name: str, *, default: int, minimum: int) -> int:
+        value = self.msg.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.fail(name, f"{name} must be an integer >= {minimum}, got {_show(value)}")
+        return value
+
+    def number(
+        self, name: str, *, default: float, minimum: float | None = None, exclusive: bool = False
+    ) -> float:
+        value = self.msg.get(name)
+        if value is None:
+            return default
+        ok = not isinstance(value, bool) and isinstance(value, int | float)
+        if ok and minimum is not None:
+            ok = value > minimum if exclusive else value >= minimum
+        if not ok or not math.isfinite(value):
+            bound = "" if minimum is None else f" {'>' if exclusive else '>='} {minimum:g}"
+            self.fail(name, f"{name} must be a finite number{bound}, got {_show(value)}")
+        return float(value)
+
+    def boolean(self, name: str, *, default: bool) -> bool:
+        value = self.msg.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.fail(name, f"{name} must be true or false, got {_show(value)}")
+        return value
+
+
+def _parse_enqueue(r: _Reader) -> Enqueue:
+    task_id = r.text("task_id")
+    group, per_minute = _rate_limit(r)
+    cron = r.opt_text("cron")
+    if cron is not None:
+        try:
+            cron = parse_cron(cron).text
+        except EventError as exc:
+            r.fail("cron", str(exc))
+    return Enqueue(
+        task_id,
+        r.text("task_type"),
+        task_data=_task_data(r.get("task_data")),
+        max_retries=r.integer("max_retries", default=DEFAULT_MAX_RETRIES, minimum=0),
+        retry_after_hours=r.number("retry_after_hours", default=0.0, minimum=0.0),
+        auto_dedupe=r.boolean("auto_dedupe", default=False),
+        urgency_score=r.number("urgency_score", default=0.0),
+        rate_limit_group=group,
+        max_per_minute=per_minute,
+        execute_at=_execute_at(r),
+        cron=cron,
+        webhook_url=_webhook_url(r),
+        max_execution_seconds=_max_execution_seconds(r),
+        pool=r.opt_text("pool"),
+        trigger_after_ids=_parents(r, task_id),
+        request_id=r.request_id,
+    )
+
+
+def _task_data(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def _rate_limit(r: _Reader) -> tuple[str | None, int | None]:
+    group = r.opt_text("rate_limit_group")
+    if group is None:
+        if not _is_zero(r.get("max_per_minute")):
+            r.fail("max_per_minute", "max_per_minute needs a rate_limit_group")
+        return None, None
+    if r.get("max_per_minute") is None:
+        r.fail("max_per_minute", "max_per_minute is required with rate_limit_group", MISSING_FIELD)
+    return group, r.integer("max_per_minute", default=0, minimum=1)
+
+
+def _execute_at(r: _Reader) -> float | None:
+    value = r.get("execute_at")
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, str):
+            return parse_instant(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            format_instant(value)  # range check
+            return float(value)
+    except EventError as exc:
+        r.fail("execute_at", f"execute_at must be an RFC 3339 timestamp or epoch seconds: {exc}")
+    r.fail("execute_at", f"execute_at must be an RFC 3339 string or a number, got {_show(value)}")
+
+
+def _webhook_url(r: _Reader) -> str | None:
+    url = r.opt_text("webhook_url")
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # raises ValueError on a bad port
+    except ValueError:
+        valid = False
+    if not valid or any(ch.isspace() for ch in url):
+        r.fail("webhook_url", f"webhook_url must be an http:// or https:// URL, got {_show(url)}")
+    return url
+
+
+def _max_execution_seconds(r: _Reader) -> float | None:
+    if _is_zero(r.get("max_execution_seconds")):
+        return None
+    return r.number("max_execution_seconds", default=0.0, minimum=0.0, exclusive=True) or None
+
+
+def _parents(r: _Reader, task_id: str) -> tuple[str, ...]:
+    value = r.get("trigger_after_ids")
+    if value is None:
+        return ()
+    name = "trigger_after_ids"
+    if not isinstance(value, list):
+        r.fail(name, f"{name} must be a list of task ids, got {_show(value)}")
+    for item in value:
+        if not isinstance(item, str) or not item:
+            r.fail(name, f"{name} items must be non-empty strings, got {_show(item)}")
+        if item == task_id:
+            r.fail(name, f"{name} cannot contain the task's own id {_show(task_id)}")
+    return tuple(dict.fromkeys(value))
+
+
+def _parse_result(r: _Reader) -> Result:
+    task_id = r.text("task_id")
+    success = _outcome(r)
+    message = r.get("error_msg")
+    message = r.get("error") if message is None else message
+    if message is not None and not isinstance(message, str):
+        message = orjson.dumps(message).decode()
+    attempt = r.integer("attempt", default=0, minimum=1) if r.get("attempt") is not None else None
+    error = None if success else message
+    return Result(task_id, success, error=error, attempt=attempt, request_id=r.request_id)
+
+
+def _outcome(r: _Reader) -> bool:
+    """``status`` (SDK form) or ``success`` (seed form); both present must agree."""
+    status, flag = r.get("status"), r.get("success")
+    if flag is not None and not isinstance(flag, bool):
+        r.fail("success", f"success must be true or false, got {_show(flag)}")
+    if status is None:
+        if flag is None:
+            why = 'result needs status ("success" or "error") or success (true or false)'
+            r.fail("status", why, MISSING_FIELD)
+        return flag
+    if not isinstance(status, str) or status.lower() not in ("success", "error"):
+        r.fail("status", f'status must be "success" or "error", got {_show(status)}')
+    success = status.lower() == "success"
+    if flag is not None and flag != success:
+        r.fail("success", f"status {_show(status)} and success {_show(flag)} disagree")
+    return success
+
+
+_PARSERS: Final[dict[str, Callable[[_Reader], Command]]] = {
+    "register": lambda r: Register(r.text("task_type"), request_id=r.request_id),
+    "enqueue": _parse_enqueue,
+    "result": _parse_result,
+    "progress": lambda r: Progress(r.text("task_id"), r.get("data"), request_id=r.request_id),
+    "stats": lambda r: Stats(request_id=r.request_id),
+    "cancel": lambda r: Cancel(r.text("task_id"), request_id=r.request_id),
+    "requeue": lambda r: Requeue(r.text("task_id"), request_id=r.request_id),
+    "get": lambda r: Get(r.text("task_id"), request_id=r.request_id),
+}
+
+
+def encode_command(command: Command) -> bytes:
+    """The wire line for an inbound command (for clients and tests); parses back equal."""
+    msg: dict[str, Any] = {"action": command.action}
+    for f in fields(command):
+        value = getattr(command, f.name)
+        if (value is not None and value != ()) or f.name == "data":
+            msg[f.name] = value
+    return _line(msg)
+
+
+# --------------------------------------------------------------------------- encoders
+
+
+def _line(msg: dict[str, Any]) -> bytes:
+    return orjson.dumps(msg, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+
+
+def _reply(msg: dict[str, Any], request_id: RequestId | None) -> bytes:
+    if request_id is not None:
+        msg["request_id"] = request_id
+    return _line(msg)
+
+
+def ack(
+    task_id: str, *, deduplicated_of: str | None = None, request_id: RequestId | None = None
+) -> bytes:
+    """``ack``: the enqueue is durable (or was dropped as a duplicate of a live task)."""
+    msg: dict[str, Any] = {"action": "ack", "task_id": task_id}
+    if deduplicated_of is not None:
+        msg["deduplicated"] = True
+        msg["duplicate_of"] = deduplicated_of
+    return _reply(msg, request_id)
+
+
+def error(
+    message: str, *, code: str, task_id: str | None = None, field: str | None = None,
+    request_id: RequestId | None = None,
+) -> bytes:  # fmt: skip
+    """``error``: a refused message. SDKs read ``message``; ``code`` is for machines."""
+    if code not in ERROR_CODES:
+        raise ValueError(f"unknown error code {code!r}")
+    msg: dict[str, Any] = {"action": "error", "code": code, "message": message}
+    if task_id is not None:
+        msg["task_id"] = task_id
+    if field is not None:
+        msg["field"] = field
+    return _reply(msg, request_id)
+
+
+def error_from(exc: ProtocolError) -> bytes:
+    """The ``error`` reply for a rejected line (code ``invalid_field`` if unknown)."""
+    code = getattr(exc, "code", INVALID_FIELD)
+    rid = getattr(exc, "request_id", None)
+    return error(exc.message, code=code, task_id=exc.task_id, field=exc.field, request_id=rid)
+
+
+def execute(
+    task_id: str, task_type: str, task_data: str, *, attempt: int,
+    max_execution_seconds: float | None = None,
+) -> bytes:  # fmt: skip
+    """``execute``: run this claimed attempt and answer with ``result``."""
+    msg: dict[str, Any] = {
+        "action": "execute", "task_id": task_id, "task_type": task_type,
+        "task_data": task_data, "attempt": attempt,
+    }  # fmt: skip
+    if max_execution_seconds is not None:
+        msg["max_execution_seconds"] = max_execution_seconds
+    return _line(msg)
+
+
+def progress(task_id: str, data: Any, *, task_type: str | None = None) -> bytes:
+    """``progress``: a handler's progress report, forwarded to SDKs and dashboards."""
+    msg: dict[str, Any] = {"action": "progress", "task_id": task_id, "data": data}
+    if task_type is not None:
+        msg["task_type"] = task_type
+    return _line(msg)
+
+
+def max_retries_reached(
+    task_id: str, task_type: str, task_data: str, *, reason: str, last_error: str | None,
+    retry_count: int,
+) -> bytes:  # fmt: skip
+    """``max_retries_reached``: the task was dead-lettered."""
+    return _line(
+        {
+            "action": "max_retries_reached", "task_id": task_id, "task_type": task_type,
+            "task_data": task_data, "reason": reason, "last_error": last_error,
+            "retry_count": retry_count,
+        }
+    )  # fmt: skip
+
+
+def stats(payload: dict[str, Any], *, request_id: RequestId | None = None) -> bytes:
+    """Reply to ``stats``: ``{"action": "stats", "stats": payload}``."""
+    return _reply({"action": "stats", "stats": payload}, request_id)
+
+
+def task(payload: dict[str, Any], *, request_id: RequestId | None = None) -> bytes:
+    """Reply to ``get``: ``{"action": "task", "task": payload}``."""
+    return _reply({"action": "task", "task": payload}, request_id)
+
+
+def ok(action: str, task_id: str, *, request_id: RequestId | None = None) -> bytes:
+    """Confirms ``cancel`` / ``requeue``: ``{"action": "ok", "of": action, "task_id": ...}``."""
+    return _reply({"action": "ok", "of": action, "task_id": task_id}, request_id)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _is_zero(value: Any) -> bool:
+    """Absent, null or a numeric zero (the "unset" value of SDKs with zero values)."""
+    if value is None:
+        return True
+    return not isinstance(value, bool) and isinstance(value, int | float) and value == 0
+
+
+def _show(value: Any) -> str:
+    """A value as JSON text, for error messages (shortened)."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
