@@ -1,0 +1,101 @@
+"""The log interface every backend implements (file, memory, later a networked one).
+
+A log is a sequence of records (one JSON object per line on disk). Readers learn of
+records through a listener; writers go through :meth:`EventLog.transact`, which runs
+a command under the log's exclusive lock *after* catching up with every other writer,
+so the command decides against the latest state. That one primitive gives plain
+appends, conditional appends (claims that fail if someone else claimed first) and
+group commit (many concurrent transactions, one write and one fsync).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+Record = dict[str, Any]
+"""One decoded log line. The log stamps ``seq`` on records it writes."""
+
+T = TypeVar("T")
+
+Command = Callable[[], tuple[Sequence[Record], T]]
+"""Runs under the lock after catch-up; returns records to append and a result."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedLine:
+    """A line the reader could not use: a torn tail, invalid JSON, not an object."""
+
+    offset: int
+    raw: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogStats:
+    """What a log knows about itself, for compaction thresholds and reports."""
+
+    path: str
+    size_bytes: int
+    records: int
+    skipped: int
+    last_seq: int
+
+
+class LogListener(Protocol):
+    """Receives everything a log reads or writes, in log order."""
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        """New records, in order (the process's own and other processes' alike)."""
+
+    def on_reset(self) -> None:
+        """The log was replaced by compaction elsewhere; a full replay follows."""
+
+    def on_skipped(self, skipped: SkippedLine) -> None:
+        """A line was skipped; the log goes on."""
+
+
+class EventLog(abc.ABC):
+    """An append-only, shared, followable sequence of records."""
+
+    @abc.abstractmethod
+    async def open(self, listener: LogListener) -> None:
+        """Replay every existing record through ``listener``, then follow new ones."""
+
+    @abc.abstractmethod
+    async def transact(self, command: Command[T], *, durable: bool = True) -> T:
+        """Run ``command`` under the exclusive lock after catching up; append its records.
+
+        The records are stamped with consecutive ``seq`` numbers, delivered to the
+        listener before the write, and the call returns only after they are written
+        (and fsync'd when ``durable``). Concurrent calls share one lock hold, one write
+        and one fsync (group commit). If ``command`` raises, nothing of it is written
+        and the exception propagates to this caller only.
+        """
+
+    async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
+        """Append unconditionally."""
+        await self.transact(lambda: (records, None), durable=durable)
+
+    @abc.abstractmethod
+    async def catch_up(self) -> int:
+        """Deliver records appended by others since the last read; return how many."""
+
+    @abc.abstractmethod
+    async def compact(self, snapshot: Iterable[Record]) -> None:
+        """Replace the log by ``snapshot`` plus whatever was appended after it.
+
+        ``snapshot`` must describe the listener's state at the moment of the call
+        (the fold of every record delivered so far). The old file is kept in the
+        archive so audit tools can still read the full history.
+        """
+
+    @abc.abstractmethod
+    def stats(self) -> LogStats:
+        """Size, record and skipped-line counts, last sequence number."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop following and release every lock and handle; idempotent."""

@@ -1,0 +1,225 @@
+"""Machinery every backend shares: listener delivery, counters and group commit.
+
+A backend subclasses :class:`BatchingLog` and supplies three hooks:
+
+* ``_exclusive()``: hold the log's exclusive lock, caught up with every other
+  writer (and with any torn tail repaired) for the duration of the block;
+* ``_stage(lines)``: remember encoded lines to write at the end of the batch;
+* ``_flush(durable)``: write the staged lines in one go (and fsync if asked).
+
+:meth:`BatchingLog.transact` queues the request; one writer task takes every queued
+request at once, runs their commands in order under one lock hold, and writes all
+their records with one write (and at most one fsync). A failure to write is fatal
+for the instance (fail-stop): every pending caller gets a :class:`LogError` and the
+instance refuses further use, because its listener already saw records that may
+not be on disk.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from snerd.errors import LogClosedError, LogError
+from snerd.eventlog.base import Command, EventLog, LogListener, Record, SkippedLine
+from snerd.eventlog.codec import Decoded, encode_all, max_seq
+
+T = TypeVar("T")
+
+DELIVERY_BATCH = 4096
+"""Most records handed to ``on_records`` in one call during replay and catch-up."""
+
+
+@dataclass(slots=True)
+class _Request:
+    command: Command[Any]
+    durable: bool
+    future: asyncio.Future[Any]
+
+
+class BatchingLog(EventLog):
+    """Base of the concrete logs: delivery, counters, fail-stop, group commit."""
+
+    def __init__(self) -> None:
+        self._listener: LogListener | None = None
+        self._queue: list[_Request] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._closing = False
+        self._last_seq = 0
+        self._records = 0
+        self._skipped = 0
+        self.commits = 0
+        """Batches written by this instance (each is one write and at most one fsync)."""
+
+    # ----------------------------------------------------------------- hooks
+
+    @abc.abstractmethod
+    def _exclusive(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold the exclusive lock, caught up and with a clean tail, for the block."""
+
+    @abc.abstractmethod
+    def _stage(self, lines: list[bytes]) -> None:
+        """Remember encoded lines for the next :meth:`_flush`."""
+
+    @abc.abstractmethod
+    async def _flush(self, durable: bool) -> None:
+        """Write the staged lines (one write; fsync when ``durable``); raise on I/O error."""
+
+    # ----------------------------------------------------------------- state
+
+    def _check_usable(self) -> LogListener:
+        """The listener, or raise why the log cannot be used right now."""
+        if self._closing:
+            raise LogClosedError("the log is closed")
+        if self._failure is not None:
+            raise LogError("the log failed earlier and must be reopened") from self._failure
+        if self._listener is None:
+            raise LogError("the log is not open")
+        return self._listener
+
+    def _fail(self, exc: BaseException) -> None:
+        """Enter the fail-stop state (first failure wins)."""
+        if self._failure is None:
+            self._failure = exc
+
+    # -------------------------------------------------------------- delivery
+
+    def _deliver(self, records: Sequence[Record]) -> None:
+        """Hand records to the listener; a listener error is fatal for the log."""
+        if not records:
+            return
+        self._last_seq = max_seq(records, self._last_seq)
+        self._records += len(records)
+        assert self._listener is not None
+        try:
+            self._listener.on_records(records)
+        except Exception as exc:
+            self._fail(exc)
+            raise LogError(f"listener failed in on_records: {exc!r}") from exc
+
+    def _report(self, skipped: SkippedLine) -> None:
+        """Hand a skipped line to the listener."""
+        self._skipped += 1
+        assert self._listener is not None
+        try:
+            self._listener.on_skipped(skipped)
+        except Exception as exc:
+            self._fail(exc)
+            raise LogError(f"listener failed in on_skipped: {exc!r}") from exc
+
+    def _deliver_decoded(self, decoded: Decoded) -> int:
+        """Deliver decoded lines in log order, in slices of DELIVERY_BATCH; return records."""
+        records = decoded.records
+        start = 0
+        for before, skipped in decoded.skipped:
+            self._deliver_slices(records, start, before)
+            start = before
+            self._report(skipped)
+        self._deliver_slices(records, start, len(records))
+        return len(records)
+
+    def _deliver_slices(self, records: list[Record], start: int, stop: int) -> None:
+        if start == 0 and stop == len(records) and stop <= DELIVERY_BATCH:
+            self._deliver(records)
+            return
+        for i in range(start, stop, DELIVERY_BATCH):
+            self._deliver(records[i : min(i + DELIVERY_BATCH, stop)])
+
+    def _reset(self) -> None:
+        """Forget everything read so far and tell the listener a full replay follows."""
+        self._last_seq = 0
+        self._records = 0
+        self._skipped = 0
+        assert self._listener is not None
+        try:
+            self._listener.on_reset()
+        except Exception as exc:
+            self._fail(exc)
+            raise LogError(f"listener failed in on_reset: {exc!r}") from exc
+
+    # ---------------------------------------------------------- group commit
+
+    async def transact(self, command: Command[T], *, durable: bool = True) -> T:
+        self._check_usable()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Request(command, durable, future))
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._drain())
+        return cast(T, await future)
+
+    async def _drain(self) -> None:
+        """The writer: run queued requests batch after batch until the queue is empty."""
+        try:
+            while self._queue and self._failure is None:
+                batch, self._queue = self._queue, []
+                try:
+                    await self._run_batch(batch)
+                except BaseException as exc:
+                    self._fail(exc)
+                    _fail_all(batch, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+            if self._queue:
+                assert self._failure is not None
+                _fail_all(self._queue, self._failure)
+                self._queue = []
+        finally:
+            self._writer = None
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        done: list[tuple[_Request, Any]] = []
+        durable = staged = False
+        async with self._exclusive():
+            for req in batch:
+                if req.future.done():  # the caller was cancelled before its turn
+                    continue
+                try:
+                    records, result = req.command()
+                    stamped, lines = self._stamp(records)
+                except Exception as exc:
+                    req.future.set_exception(exc)
+                    continue
+                if lines:
+                    self._deliver(stamped)
+                    self._stage(lines)
+                    durable = durable or req.durable
+                    staged = True
+                done.append((req, result))
+            if staged:
+                await self._flush(durable)
+                self.commits += 1
+        for req, result in done:
+            if not req.future.done():
+                req.future.set_result(result)
+
+    def _stamp(self, records: Sequence[Record]) -> tuple[list[Record], list[bytes]]:
+        """Copies of ``records`` with consecutive seq numbers, and their lines."""
+        seq = self._last_seq
+        stamped: list[Record] = []
+        for r in records:
+            if not isinstance(r, dict):
+                raise LogError(f"a record must be a dict, got {type(r).__name__}")
+            seq += 1
+            rec = dict(r)
+            rec["seq"] = seq
+            stamped.append(rec)
+        return stamped, encode_all(stamped)
+
+    async def _wait_writer(self) -> None:
+        """Wait until every transaction queued so far has finished."""
+        while self._writer is not None:
+            await asyncio.wait({self._writer})
+
+
+def _fail_all(batch: list[_Request], exc: BaseException) -> None:
+    err = exc if isinstance(exc, LogError) else LogError(f"log write failed: {exc!r}")
+    if err is not exc:
+        err.__cause__ = exc
+    for req in batch:
+        if not req.future.done():
+            req.future.set_exception(err)

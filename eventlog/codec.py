@@ -1,0 +1,105 @@
+"""Records to lines and back.
+
+A line is one JSON object encoded by orjson and terminated by ``b"\\n"``. Decoding
+never raises on bad input: every line is either a record or a :class:`SkippedLine`
+that keeps its raw bytes and byte offset. Blank lines are ignored silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from snerd.errors import LogError
+from snerd.eventlog.base import Record, SkippedLine
+
+NL = b"\n"
+
+REASON_INVALID_JSON = "invalid_json"
+REASON_NOT_OBJECT = "not_object"
+REASON_TORN = "torn"
+
+_loads = orjson.loads
+_dumps = orjson.dumps
+
+
+def encode(record: Record) -> bytes:
+    """One record as one ``\\n``-terminated line; raises LogError if not serializable."""
+    try:
+        return _dumps(record) + NL
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise LogError(f"record is not JSON-serializable: {exc}") from exc
+
+
+def encode_all(records: Iterable[Record]) -> list[bytes]:
+    """Each record as its own line (see :func:`encode`)."""
+    return [encode(r) for r in records]
+
+
+@dataclass(slots=True)
+class Decoded:
+    """Decoded complete lines: the records in order, and each skipped line paired
+    with the number of records that precede it (so delivery keeps log order)."""
+
+    records: list[Record] = field(default_factory=list)
+    skipped: list[tuple[int, SkippedLine]] = field(default_factory=list)
+
+
+def decode_line(line: bytes, offset: int, *, torn: bool = False) -> Record | SkippedLine:
+    """Decode one line (without its ``\\n``); bad input becomes a SkippedLine."""
+    try:
+        value = _loads(line)
+    except orjson.JSONDecodeError:
+        return SkippedLine(offset, bytes(line), REASON_TORN if torn else REASON_INVALID_JSON)
+    if type(value) is not dict:
+        return SkippedLine(offset, bytes(line), REASON_TORN if torn else REASON_NOT_OBJECT)
+    return value
+
+
+def decode_complete(data: bytes, offset: int) -> Decoded:
+    """Decode ``data``, which must end with ``\\n`` (or be empty), starting at ``offset``.
+
+    Fast path: one ``orjson.loads`` per line through ``map``; only a chunk that holds
+    a bad line falls back to the line-by-line path that tracks offsets.
+    """
+    lines = data.split(NL)
+    lines.pop()  # the empty piece after the final newline
+    try:
+        values = list(map(_loads, lines))
+    except orjson.JSONDecodeError:
+        return _decode_slow(lines, offset)
+    for v in values:
+        if type(v) is not dict:
+            return _decode_slow(lines, offset)
+    return Decoded(values)
+
+
+def _decode_slow(lines: Sequence[bytes], offset: int) -> Decoded:
+    out = Decoded()
+    pos = offset
+    for line in lines:
+        if line.strip():
+            item = decode_line(line, pos)
+            if isinstance(item, SkippedLine):
+                out.skipped.append((len(out.records), item))
+            else:
+                out.records.append(item)
+        pos += len(line) + 1
+    return out
+
+
+def split_complete(buffer: bytes) -> tuple[bytes, bytes]:
+    """Split ``buffer`` into (complete lines, incomplete remainder)."""
+    cut = buffer.rfind(NL) + 1
+    return buffer[:cut], buffer[cut:]
+
+
+def max_seq(records: Iterable[Record], current: int) -> int:
+    """The larger of ``current`` and every integer ``seq`` in ``records``."""
+    for r in records:
+        s = r.get("seq")
+        if type(s) is int and s > current:
+            current = s
+    return current

@@ -1,0 +1,318 @@
+"""The JSON-lines log file shared by every process on one storage directory.
+
+Contract (normative text in ``specs/log-storage.md``):
+
+* Appends happen only under an exclusive flock on ``tasks.lock``, after catching up
+  to end of file, and are acknowledged only after write (and fsync when durable).
+* Reads need no lock and consume only complete lines; a trailing partial line is
+  left alone until a lock holder declares it torn and seals it with a newline.
+* A replaced log file (another process compacted) is detected by inode: the
+  listener gets ``on_reset`` and a full replay of the new file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from snerd.errors import LogError
+from snerd.eventlog import compaction, locking
+from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine
+from snerd.eventlog.batching import BatchingLog
+from snerd.eventlog.codec import NL, decode_complete, decode_line, split_complete
+from snerd.eventlog.layout import archive_name, resolve
+from snerd.eventlog.watch import Watcher, watch
+
+log = logging.getLogger(__name__)
+
+CHUNK_SIZE = 4 << 20
+"""Bytes read per ``pread`` during replay and catch-up."""
+
+_LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """Where a compaction's snapshot was taken: everything delivered up to here."""
+
+    offset: int
+    last_seq: int
+    generation: int
+    records: int
+    skipped: int
+
+
+class FileLog(BatchingLog):
+    """An :class:`EventLog` over ``<storage>/tasks/tasks.log``.
+
+    ``storage`` is a storage dir (or its ``tasks.log``). ``fsync=False`` turns fsync
+    off entirely (tests, benchmarks); ``follow=False`` disables the background
+    follower (then only :meth:`catch_up` and :meth:`transact` read others' appends).
+    """
+
+    def __init__(
+        self,
+        storage: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        follow: bool = True,
+        poll_interval: float = 0.05,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> None:
+        super().__init__()
+        self.layout = resolve(storage)
+        self._fsync_on = fsync
+        self._follow_on = follow
+        self._poll_interval = poll_interval
+        self._chunk = chunk_size
+        self._fd = -1
+        self._lock_fd = -1
+        self._ino = -1
+        self._read_pos = 0  # file offset up to which bytes were read
+        self._pending = b""  # bytes read after the last newline
+        self._staged: list[bytes] = []
+        self._staged_size = 0
+        self._generation = 0  # bumped whenever this instance switches files
+        self._mutex = asyncio.Lock()  # reading state and the write path, in-process
+        self._compact_lock = asyncio.Lock()
+        self._watcher: Watcher | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._closed: asyncio.Future[None] | None = None
+
+    @property
+    def path(self) -> Path:
+        """The live log file."""
+        return self.layout.log_path
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def open(self, listener: LogListener) -> None:
+        """Create the layout if needed, replay the log, then follow it (if enabled)."""
+        if self._listener is not None or self._closing:
+            raise LogError("a FileLog can be opened only once")
+        try:
+            self.layout.ensure()
+            self._lock_fd = os.open(self.layout.lock_path, _LOG_FLAGS & ~os.O_APPEND, 0o644)
+            self._switch_file()
+        except OSError as exc:
+            self._close_fds()
+            raise LogError(f"cannot open log {self.path}: {exc}") from exc
+        self._listener = listener
+        async with self._mutex:
+            await self._read_new()
+        if self._follow_on:
+            self._watcher = watch(self.layout.tasks_dir, self.path.name,
+                                  poll_interval=self._poll_interval)
+            self._follower = asyncio.get_running_loop().create_task(self._follow())
+
+    async def close(self) -> None:
+        """Finish queued transactions, stop following, release locks and fds."""
+        if self._closed is not None:
+            await asyncio.shield(self._closed)
+            return
+        self._closed = asyncio.get_running_loop().create_future()
+        self._closing = True
+        try:
+            await self._wait_writer()
+            if self._follower is not None:
+                self._follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._follower
+            if self._watcher is not None:
+                self._watcher.close()
+            async with self._compact_lock, self._mutex:
+                self._close_fds()
+        finally:
+            self._closed.set_result(None)
+
+    def _close_fds(self) -> None:
+        for fd in (self._fd, self._lock_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._lock_fd = -1
+
+    def stats(self) -> LogStats:
+        try:
+            size = os.fstat(self._fd).st_size if self._fd >= 0 else 0
+        except OSError:
+            size = self._read_pos
+        return LogStats(str(self.path), size, self._records, self._skipped, self._last_seq)
+
+    # --------------------------------------------------------------- reading
+
+    def _switch_file(self) -> None:
+        """(Re)open the live log and read it from the start."""
+        fd = os.open(self.path, _LOG_FLAGS, 0o644)
+        old, self._fd = self._fd, fd
+        self._ino = os.fstat(fd).st_ino
+        self._read_pos = 0
+        self._pending = b""
+        self._generation += 1
+        if old >= 0:
+            os.close(old)
+
+    async def _read_new(self) -> int:
+        """Deliver the complete lines appended since the last read (holding ``_mutex``)."""
+        delivered = 0
+        while chunk := os.pread(self._fd, self._chunk, self._read_pos):
+            self._read_pos += len(chunk)
+            data = self._pending + chunk if self._pending else chunk
+            complete, self._pending = split_complete(data)
+            if complete:
+                decoded = decode_complete(complete, self._read_pos - len(data))
+                delivered += self._deliver_decoded(decoded)
+            if len(chunk) == self._chunk:
+                await asyncio.sleep(0)  # a long replay must not starve the event loop
+        return delivered
+
+    def _replaced(self) -> bool:
+        """Whether the path now names another file, or ours shrank (both need a reset)."""
+        try:
+            if os.stat(self.path).st_ino != self._ino:
+                return True
+        except FileNotFoundError:
+            return False
+        return os.fstat(self._fd).st_size < self._read_pos
+
+    async def _sync(self) -> int:
+        """Catch up (holding ``_mutex``): follow a replacement, then read new lines."""
+        try:
+            if self._replaced():
+                self._reset()
+                self._switch_file()
+            return await self._read_new()
+        except OSError as exc:
+            self._fail(exc)
+            raise LogError(f"cannot read log {self.path}: {exc}") from exc
+
+    async def catch_up(self) -> int:
+        self._check_usable()
+        try:
+            st = os.stat(self.path)
+            if st.st_ino == self._ino and st.st_size == self._read_pos:
+                return 0  # fast path: nothing new, no lock needed
+        except FileNotFoundError:
+            return 0
+        async with self._mutex:
+            self._check_usable()
+            return await self._sync()
+
+    async def _follow(self) -> None:
+        """Background task: wake on file changes and catch up, until closed or failed."""
+        assert self._watcher is not None
+        while not self._closing and self._failure is None:
+            await self._watcher.wait()
+            try:
+                await self.catch_up()
+            except LogError as exc:
+                if not self._closing:
+                    log.error("log follower stopped: %s", exc)
+                return
+
+    # --------------------------------------------------------------- writing
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        async with self._mutex:
+            await locking.acquire(self._lock_fd)
+            try:
+                await self._sync()
+                self._seal_torn_tail()
+                yield
+            finally:
+                locking.unlock(self._lock_fd)
+
+    def _seal_torn_tail(self) -> None:
+        """Under the lock a partial last line is a dead writer's: end it with a newline."""
+        if not self._pending:
+            return
+        line, offset = self._pending, self._read_pos - len(self._pending)
+        compaction.write_all(self._fd, NL)
+        self._read_pos += 1
+        self._pending = b""
+        item = decode_line(line, offset, torn=True)
+        if isinstance(item, SkippedLine):
+            self._report(item)
+        else:  # the writer died after the last byte but before the newline
+            self._deliver([item])
+
+    def _stage(self, lines: list[bytes]) -> None:
+        self._staged.extend(lines)
+        self._staged_size += sum(map(len, lines))
+
+    async def _flush(self, durable: bool) -> None:
+        data = b"".join(self._staged)
+        self._staged.clear()
+        self._staged_size = 0
+        compaction.write_all(self._fd, data)
+        self._read_pos += len(data)
+        if durable and self._fsync_on:
+            await asyncio.to_thread(_fsync, self._fd)
+
+    # ------------------------------------------------------------ compaction
+
+    async def compact(self, snapshot: Iterable[Record]) -> None:
+        """Replace the log by ``snapshot`` + what follows the current point; archive the old.
+
+        The point (offset and last seq) is taken synchronously on entry; ``snapshot``
+        is materialized right away and must not be mutated afterwards. The snapshot
+        is written without holding the append lock. If the log was replaced (or this
+        instance reset) meanwhile, the compaction is abandoned silently.
+        """
+        self._check_usable()
+        point = _Point(self._read_pos - len(self._pending) + self._staged_size,
+                       self._last_seq, self._generation, self._records, self._skipped)
+        records = list(snapshot)
+        async with self._compact_lock:
+            if self._generation != point.generation or self._closing:
+                return
+            tmp = self.layout.temp_path(f"compact-{time.monotonic_ns()}")
+            try:
+                await self._compact_into(tmp, point, records)
+            except OSError as exc:
+                raise LogError(f"compaction of {self.path} failed: {exc}") from exc
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+
+    async def _compact_into(self, tmp: Path, point: _Point, records: list[Record]) -> None:
+        ts = time.time_ns() // 1_000_000
+        name = archive_name(ts, point.last_seq)
+        header = compaction.snapshot_header(point.last_seq, ts, name, len(records))
+        await asyncio.to_thread(compaction.write_snapshot, tmp, header, records, self._fsync_on)
+        async with self._exclusive():
+            if self._generation != point.generation:
+                return  # someone else compacted first; our snapshot is stale
+            await asyncio.to_thread(compaction.append_tail, tmp, self._fd, point.offset,
+                                    self._read_pos, self._fsync_on)
+            archived = self.layout.archive_dir / name
+            os.link(self.path, archived)
+            try:
+                os.replace(tmp, self.path)
+            except OSError:
+                archived.unlink()
+                raise
+            self._adopt(point, len(records))
+            if self._fsync_on:
+                await asyncio.to_thread(compaction.fsync_dirs, self.layout.tasks_dir,
+                                        self.layout.archive_dir)
+
+    def _adopt(self, point: _Point, snapshot_records: int) -> None:
+        """Continue on the file we just installed, at its end, without a reset."""
+        tail_records = self._records - point.records
+        tail_skipped = self._skipped - point.skipped
+        self._switch_file()
+        self._read_pos = os.fstat(self._fd).st_size
+        self._records = 1 + snapshot_records + tail_records
+        self._skipped = tail_skipped
+
+
+def _fsync(fd: int) -> None:
+    os.fsync(fd)

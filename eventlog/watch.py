@@ -1,0 +1,101 @@
+"""Wake-ups when a file in a directory may have changed.
+
+On Linux an inotify descriptor on the directory (``IN_MODIFY``, ``IN_MOVED_TO``,
+``IN_CREATE``) is registered with the event loop, so a follower sleeps until the
+kernel says the log grew or was replaced. Elsewhere, or if inotify cannot be set up,
+:class:`PollWatcher` wakes every ``interval`` seconds. Either way a wake-up is only a
+hint: the follower checks the file itself, so spurious wake-ups are harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+try:  # Linux only
+    import inotify_simple
+except ImportError:  # pragma: no cover - non-Linux platforms
+    inotify_simple = None
+
+INOTIFY_AVAILABLE = inotify_simple is not None
+"""Whether inotify may be tried; tests set it to False to exercise polling."""
+
+SAFETY_INTERVAL = 1.0
+"""With inotify, also wake this often: inotify misses writes made by other hosts
+on a shared network volume, and a missed event must not stall a follower forever."""
+
+
+class Watcher(Protocol):
+    """Something a follower awaits between checks of the log."""
+
+    async def wait(self) -> None:
+        """Return when the watched file may have changed (or on a timeout)."""
+
+    def close(self) -> None:
+        """Stop watching; idempotent."""
+
+
+class PollWatcher:
+    """Wakes every ``interval`` seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self._interval)
+
+    def close(self) -> None:
+        pass
+
+
+class InotifyWatcher:
+    """Wakes when the kernel reports a change to ``name`` inside ``directory``."""
+
+    def __init__(self, directory: Path, name: str, *, safety_interval: float) -> None:
+        assert inotify_simple is not None
+        self._name = name
+        self._safety = safety_interval
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._inotify: Any = inotify_simple.INotify(nonblocking=True)
+        f = inotify_simple.flags
+        self._inotify.add_watch(os.fspath(directory), f.MODIFY | f.MOVED_TO | f.CREATE)
+        self._fd: int = self._inotify.fileno()
+        self._loop.add_reader(self._fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            events = self._inotify.read(timeout=0)
+        except OSError:  # the descriptor went away under us: fall back to waking
+            events = None
+        if events is None or any(e.name == self._name for e in events):
+            self._event.set()
+
+    async def wait(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), self._safety)
+        self._event.clear()
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        with contextlib.suppress(Exception):
+            self._loop.remove_reader(self._fd)
+        with contextlib.suppress(OSError):
+            self._inotify.close()
+        self._fd = -1
+
+
+def watch(
+    directory: Path, name: str, *, poll_interval: float, safety_interval: float = SAFETY_INTERVAL
+) -> Watcher:
+    """An inotify watcher if possible, else a poller (must run inside the event loop)."""
+    if INOTIFY_AVAILABLE:
+        try:
+            return InotifyWatcher(directory, name, safety_interval=safety_interval)
+        except (OSError, NotImplementedError, RuntimeError):
+            pass
+    return PollWatcher(poll_interval)

@@ -1,0 +1,286 @@
+"""The contract every EventLog backend honours; runs against MemoryLog and FileLog.
+
+Two log instances on one store (or storage dir) stand for two processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+from conftest import OpenLog
+from logkit import Backend, Recorder
+
+from snerd.errors import LogClosedError, LogError
+from snerd.eventlog.base import EventLog, Record
+
+
+def recs(*keys: str, **extra: Any) -> list[Record]:
+    return [{"event": "put", "k": k, **extra} for k in keys]
+
+
+def claim(rec: Recorder, key: str) -> Any:
+    """A guard: claim ``key`` unless the state already shows a claim on it."""
+
+    def command() -> tuple[list[Record], bool]:
+        if any(r.get("claim") == key for r in rec.records):
+            return [], False
+        return [{"event": "claimed", "claim": key}], True
+
+    return command
+
+
+async def test_append_then_replay_in_order(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+    await log.append(recs("a", "b"))
+    await log.append(recs("c"))
+    assert [r["k"] for r in rec.records] == ["a", "b", "c"]
+    _, fresh = await open_log()
+    assert fresh.records == rec.records
+
+
+async def test_seq_is_stamped_consecutively_and_continues(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+    await log.append([{"event": "put", "k": "a", "seq": 99}])  # seq is the log's business
+    await log.append(recs("b", "c"))
+    assert [r["seq"] for r in rec.records] == [1, 2, 3]
+    await log.close()
+    log2, rec2 = await open_log()
+    await log2.append(recs("d"))
+    assert [r["seq"] for r in rec2.records] == [1, 2, 3, 4]
+    assert log2.stats().last_seq == 4
+
+
+async def test_appended_records_are_copies(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+    mine = {"event": "put", "k": "a"}
+    await log.append([mine])
+    assert "seq" not in mine
+    assert rec.records == [{"event": "put", "k": "a", "seq": 1}]
+
+
+async def test_transact_returns_the_command_result(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+    assert await log.transact(lambda: (recs("a"), "done")) == "done"
+    assert await log.transact(lambda: ([], 42)) == 42
+    assert len(rec.records) == 1
+
+
+async def test_second_claim_of_a_key_is_refused_across_instances(open_log: OpenLog) -> None:
+    a, rec_a = await open_log(follow=False)
+    b, rec_b = await open_log(follow=False)
+    results = await asyncio.gather(
+        a.transact(claim(rec_a, "job-1")), b.transact(claim(rec_b, "job-1"))
+    )
+    assert sorted(results) == [False, True]
+    _, fresh = await open_log()
+    assert [r["claim"] for r in fresh.records] == ["job-1"]
+
+
+async def test_commands_in_one_batch_see_each_others_records(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+    results = await asyncio.gather(*(log.transact(claim(rec, "k")) for _ in range(10)))
+    assert results.count(True) == 1
+    assert len(rec.records) == 1
+
+
+async def test_a_raising_command_affects_only_its_caller(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+
+    def boom() -> tuple[list[Record], None]:
+        raise ValueError("no")
+
+    results = await asyncio.gather(
+        log.append(recs("a")), log.transact(boom), log.append(recs("b")),
+        return_exceptions=True,
+    )
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], ValueError)
+    assert [r["k"] for r in rec.records] == ["a", "b"]
+    await log.append(recs("c"))  # the log goes on
+    _, fresh = await open_log()
+    assert [r["k"] for r in fresh.records] == ["a", "b", "c"]
+
+
+async def test_unserializable_record_fails_only_its_caller(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+    results = await asyncio.gather(
+        log.append([{"k": "bad", "v": object()}]), log.append(recs("ok")),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], LogError)
+    assert [r["k"] for r in rec.records] == ["ok"]
+
+
+async def test_catch_up_delivers_the_other_instances_appends(open_log: OpenLog) -> None:
+    a, rec_a = await open_log(follow=False)
+    b, rec_b = await open_log(follow=False)
+    await a.append(recs("a1", "a2"))
+    assert await b.catch_up() == 2
+    assert await b.catch_up() == 0
+    await b.append(recs("b1"))
+    assert await a.catch_up() == 1
+    assert rec_a.records == rec_b.records
+    assert [r["seq"] for r in rec_a.records] == [1, 2, 3]
+
+
+async def test_follow_delivers_without_being_asked(open_log: OpenLog) -> None:
+    a, _ = await open_log(follow=False)
+    _, rec_b = await open_log()
+    await a.append(recs("x", "y"))
+    await rec_b.wait_for(lambda: len(rec_b.records) == 2)
+    assert [r["k"] for r in rec_b.records] == ["x", "y"]
+
+
+async def test_compaction_keeps_state_and_resets_the_other_instance(open_log: OpenLog) -> None:
+    a, rec_a = await open_log(follow=False)
+    b, rec_b = await open_log(follow=False)
+    await a.append(recs("x", "y") + recs("x", v=2) + [{"del": "y"}])
+    await b.catch_up()
+    before = dict(rec_a.state)
+    await a.compact(rec_a.snapshot())
+    assert rec_a.state == before and rec_a.resets == 0
+    await b.catch_up()
+    assert rec_b.resets == 1 and rec_b.state == before
+    _, fresh = await open_log(follow=False)
+    assert fresh.state == before
+    await b.append(recs("z"))
+    await a.catch_up()
+    assert rec_a.state == rec_b.state
+    assert rec_a.records[-1] == {"event": "put", "k": "z", "seq": 5}
+    assert a.stats().records == b.stats().records == 1 + 1 + 1  # header, snapshot, z
+
+
+async def test_compaction_with_concurrent_appends_loses_nothing(open_log: OpenLog) -> None:
+    a, rec_a = await open_log(follow=False)
+    b, _ = await open_log(follow=False)
+    await a.append(recs(*(f"k{i}" for i in range(50))))
+
+    async def writer() -> None:
+        for i in range(30):
+            await b.append(recs(f"w{i}"))
+
+    await asyncio.gather(a.compact(rec_a.snapshot()), writer(), a.append(recs("mine")))
+    await a.catch_up()
+    _, fresh = await open_log(follow=False)
+    expected = {f"k{i}" for i in range(50)} | {f"w{i}" for i in range(30)} | {"mine"}
+    assert set(fresh.state) == set(rec_a.state) == expected
+    seqs = [r["seq"] for r in fresh.data()]
+    assert len(seqs) == len(set(seqs))
+
+
+async def test_compacting_twice_and_reopening(open_log: OpenLog) -> None:
+    a, rec_a = await open_log(follow=False)
+    for round_ in range(3):
+        await a.append(recs(*(f"k{round_}-{i}" for i in range(5))))
+        await a.compact(rec_a.snapshot())
+    b, fresh = await open_log(follow=False)
+    assert fresh.state == rec_a.state and len(fresh.state) == 15
+    assert a.stats().last_seq == b.stats().last_seq == 15
+
+
+async def test_concurrent_transacts_are_group_committed(
+    open_log: OpenLog, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs = 0
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        nonlocal fsyncs
+        fsyncs += 1
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    log, rec = await open_log(fsync=True)
+    n = 64
+    await asyncio.gather(*(log.append(recs(f"k{i}")) for i in range(n)))
+    assert len(rec.records) == n
+    commits = log.commits  # type: ignore[attr-defined]
+    assert 1 <= commits < n
+    if backend.name == "file":
+        assert 1 <= fsyncs <= commits < n
+
+
+async def test_non_durable_appends(open_log: OpenLog) -> None:
+    log, rec = await open_log(fsync=True)
+    await asyncio.gather(log.append(recs("a"), durable=False), log.append(recs("b")))
+    _, fresh = await open_log()
+    assert {r["k"] for r in fresh.records} == {"a", "b"}
+
+
+async def test_garbage_lines_are_skipped_and_reported(open_log: OpenLog, backend: Backend) -> None:
+    log, _ = await open_log()
+    await log.append(recs("a"))
+    backend.inject(b"this is not json\n[1, 2]\n")
+    await log.append(recs("b"))
+    _, fresh = await open_log()
+    assert [r["k"] for r in fresh.records] == ["a", "b"]
+    assert [(s.raw, s.reason) for s in fresh.skipped] == [
+        (b"this is not json", "invalid_json"),
+        (b"[1, 2]", "not_object"),
+    ]
+    assert fresh.skipped[1].offset == fresh.skipped[0].offset + len(b"this is not json\n")
+    assert [r["seq"] for r in fresh.records] == [1, 2]
+
+
+async def test_records_without_seq_are_kept(open_log: OpenLog, backend: Backend) -> None:
+    backend.inject(b'{"taskId": "t1", "taskType": "email", "unknown": [1]}\n')
+    log, rec = await open_log()
+    await log.append(recs("a"))
+    assert rec.records[0] == {"taskId": "t1", "taskType": "email", "unknown": [1]}
+    assert rec.records[1]["seq"] == 1
+
+
+async def test_close_is_idempotent_and_refuses_further_use(open_log: OpenLog) -> None:
+    log, _ = await open_log()
+    await log.append(recs("a"))
+    await log.close()
+    await log.close()
+    with pytest.raises(LogClosedError):
+        await log.append(recs("b"))
+    with pytest.raises(LogClosedError):
+        await log.catch_up()
+
+
+async def test_close_finishes_queued_transactions(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+    pending = [asyncio.ensure_future(log.append(recs(f"k{i}"))) for i in range(10)]
+    await asyncio.sleep(0)  # let them queue
+    await log.close()
+    await asyncio.gather(*pending)
+    assert len(rec.records) == 10
+
+
+async def test_a_failing_listener_stops_the_log(open_log: OpenLog) -> None:
+    log, rec = await open_log()
+
+    def broken(records: Any) -> None:
+        raise RuntimeError("projection bug")
+
+    rec.on_records = broken  # type: ignore[method-assign]
+    with pytest.raises(LogError):
+        await log.append(recs("a"))
+    with pytest.raises(LogError):
+        await log.append(recs("b"))
+
+
+async def test_open_twice_is_refused(backend: Backend) -> None:
+    log: EventLog = backend.new()
+    await log.open(Recorder())
+    try:
+        with pytest.raises(LogError):
+            await log.open(Recorder())
+    finally:
+        await log.close()
+
+
+async def test_stats(open_log: OpenLog, backend: Backend) -> None:
+    log, _ = await open_log()
+    await log.append(recs("a", "b"))
+    backend.inject(b"junk\n")
+    await log.append(recs("c"))
+    stats = log.stats()
+    assert (stats.records, stats.skipped, stats.last_seq) == (3, 1, 3)
+    assert stats.size_bytes > 0
