@@ -1,0 +1,65 @@
+"""What one fold changed, so the dispatcher never rescans the whole table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """Ids (or DLQ keys) by what happened to them, in log order."""
+
+    ready: tuple[str, ...] = ()  # entered a ready heap
+    delayed: tuple[str, ...] = ()  # entered the timers
+    blocked: tuple[str, ...] = ()  # waiting for DAG parents
+    doomed: tuple[str, ...] = ()  # blocked by a dead-lettered parent: fail them through
+    claimed: tuple[str, ...] = ()
+    released: tuple[str, ...] = ()  # a claim ended without an outcome
+    finished: tuple[str, ...] = ()  # left the live table (completed, cancelled, dead)
+    dead: tuple[str, ...] = ()  # DLQ keys added
+    progress: tuple[tuple[str, Any], ...] = ()
+    reset: bool = False  # the whole state was rebuilt
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, name) for name in self.__slots__)
+
+    def merge(self, other: Delta) -> Delta:
+        """This delta followed by ``other``."""
+        merged: dict[str, Any] = {n: getattr(self, n) + getattr(other, n) for n in _TUPLES}
+        return Delta(**merged, reset=self.reset or other.reset)
+
+
+_TUPLES = (
+    "ready",
+    "delayed",
+    "blocked",
+    "doomed",
+    "claimed",
+    "released",
+    "finished",
+    "dead",
+    "progress",
+)
+
+
+@dataclass(slots=True)
+class DeltaBuilder:
+    """A mutable delta local to one fold call."""
+
+    ready: list[str] = field(default_factory=list)
+    delayed: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    doomed: list[str] = field(default_factory=list)
+    claimed: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)
+    progress: list[tuple[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, n) for n in _TUPLES)
+
+    def freeze(self) -> Delta:
+        frozen: dict[str, Any] = {n: tuple(getattr(self, n)) for n in _TUPLES}
+        return Delta(**frozen)

@@ -1,0 +1,104 @@
+"""Read-only questions the dispatcher and the tools ask of a :class:`QueueState`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from snerd.projections import heap
+from snerd.projections.state import RATE_WINDOW_SECONDS, QueueState
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
+
+PHASES = (READY, DELAYED, BLOCKED, ACTIVE)
+
+
+def lane_top(state: QueueState, lane: tuple[str, str, str]) -> Task | None:
+    """The best READY task of a lane (a lane's top is always valid after a fold)."""
+    key = heap.top(state.lanes.get(lane))
+    return None if key is None else state.tasks.get(key[2])
+
+
+def slot_free_at(state: QueueState, group: str, max_per_minute: int, now: float) -> float | None:
+    """None if the group may dispatch now, else the instant its next slot frees."""
+    window = [t for t in state.windows.get(group, ()) if t > now - RATE_WINDOW_SECONDS]
+    if len(window) < max_per_minute:
+        return None
+    return window[-max_per_minute] + RATE_WINDOW_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """What the dispatcher may claim next, and when to look again if nothing."""
+
+    task: Task | None
+    wake_at: float | None
+
+
+def pick(state: QueueState, now: float, eligible: Callable[[Task], bool]) -> Pick:
+    """The most urgent READY task (FIFO on ties) that ``eligible`` accepts and whose
+    rate group has a free slot; else the earliest instant a limit or timer frees."""
+    best: Task | None = None
+    wake: list[float] = []
+    timer = heap.top(state.timers)
+    if timer is not None:
+        wake.append(timer[0])
+    for lane in state.lanes:
+        task = lane_top(state, lane)
+        if task is None or not eligible(task):
+            continue
+        if task.rate_group and task.max_per_minute:
+            free_at = slot_free_at(state, task.rate_group, task.max_per_minute, now)
+            if free_at is not None:
+                wake.append(free_at)
+                continue
+        if best is None or (-task.urgency, task.order) < (-best.urgency, best.order):
+            best = task
+    return Pick(best, min(wake) if wake else None)
+
+
+def expired_leases(state: QueueState, now: float) -> list[Task]:
+    """Running tasks whose lease ran out before ``now``."""
+    return [
+        task
+        for task in iter_active(state)
+        if task.claim is not None
+        and task.claim.lease_until is not None
+        and task.claim.lease_until < now
+    ]
+
+
+def iter_active(state: QueueState) -> Iterator[Task]:
+    for ids in state.by_daemon.values():
+        for task_id in ids:
+            task = state.tasks.get(task_id)
+            if task is not None:
+                yield task
+
+
+def owned_by(state: QueueState, daemon: str) -> list[Task]:
+    """Tasks the daemon has claimed and not yet finished."""
+    return [state.tasks[t] for t in state.by_daemon.get(daemon, ()) if t in state.tasks]
+
+
+def counts(state: QueueState) -> dict[str, int]:
+    """Live tasks per phase, plus the dead-letter queue."""
+    out = dict.fromkeys(PHASES, 0)
+    for task in state.tasks.values():
+        out[task.phase] += 1
+    out["dead_lettered"] = len(state.dlq)
+    return out
+
+
+def descendants(state: QueueState, task_id: str) -> list[str]:
+    """Live tasks that wait on ``task_id``, transitively, parents before children."""
+    seen: set[str] = set()
+    order: list[str] = []
+    frontier = [task_id]
+    while frontier:
+        parent = frontier.pop(0)
+        for child in sorted(state.refs.get(parent, ())):
+            if child not in seen and child in state.tasks and child != task_id:
+                seen.add(child)
+                order.append(child)
+                frontier.append(child)
+    return order

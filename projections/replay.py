@@ -1,0 +1,212 @@
+"""Folding a whole log at once: the fast path for start-up and the replay tool.
+
+The incremental fold (``apply.py``) keeps every index current after each record.
+Replaying a million records does not need that: only the tasks still live at the
+end need a :class:`Task`, and indexes can be built once. :class:`BulkFolder` keeps
+the latest record per live task plus its claim bookkeeping in plain dicts, and
+hands the survivors to :func:`state.from_tables`. It follows the same rules as the
+incremental fold; property tests check that both reach the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from snerd.errors import EventError
+from snerd.projections import events as ev
+from snerd.projections.apply import record_time
+from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState, from_tables
+from snerd.projections.task import ACTIVE, Claim, Task, task_from_record
+
+_UPSERTS = frozenset({ev.ENQUEUED, ev.RETRY_SCHEDULED, ev.RESCHEDULED, ev.REQUEUED})
+_TOMBSTONES = frozenset({ev.SUCCEEDED, ev.CANCELLED})
+
+
+class _Live:
+    """A live task's latest full-state record plus what light events did since."""
+
+    __slots__ = ("attempt", "claim", "order", "progress", "task")
+
+    def __init__(self, task: Task, attempt: int) -> None:
+        self.task = task
+        self.order = task.order
+        self.attempt = attempt
+        self.claim: Claim | None = None
+        self.progress: Any = None
+
+    def materialize(self) -> Task:
+        claim = self.claim
+        return replace(
+            self.task,
+            order=self.order,
+            attempt=self.attempt,
+            claim=claim,
+            phase=ACTIVE if claim is not None else self.task.phase,
+            progress=self.progress if claim is not None else None,
+        )
+
+
+def _task_id(record: Mapping[str, Any]) -> str:
+    value = record.get(ev.F_TASK_ID)
+    if not isinstance(value, str) or not value:
+        raise EventError(f"{ev.F_TASK_ID} must be a non-empty string")
+    return value
+
+
+def _attempt(record: Mapping[str, Any]) -> int:
+    value = record.get(ev.F_ATTEMPT)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class BulkFolder:
+    """Feed records in chunks, then :meth:`finish` into a :class:`QueueState`."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, _Live] = {}
+        self.dlq: dict[str, DeadLetter] = {}
+        self.windows: dict[str, list[float]] = {}
+        self.n = 0
+        self.last_seq = 0
+        self.invalid = 0
+
+    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for record in records:
+            self.n += 1
+            seq = record.get(ev.F_SEQ)
+            if isinstance(seq, int) and not isinstance(seq, bool) and seq > self.last_seq:
+                self.last_seq = seq
+            try:
+                self._apply(record)
+            except (EventError, TypeError, ValueError, OverflowError):
+                self.invalid += 1
+
+    def finish(self) -> QueueState:
+        tasks = {task_id: entry.materialize() for task_id, entry in self.live.items()}
+        windows = {g: self._trimmed(t) for g, t in self.windows.items()}
+        return from_tables(
+            tasks, self.dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid
+        )
+
+    # --- one record ---------------------------------------------------------------
+
+    def _apply(self, record: Mapping[str, Any]) -> None:
+        event = record.get(ev.F_EVENT)
+        if event in _TOMBSTONES:
+            self.live.pop(_task_id(record), None)
+        elif event in _UPSERTS:
+            task = task_from_record(record, order=self.n)
+            if event == ev.REQUEUED:
+                self.dlq.pop(str(record.get(ev.F_DLQ_KEY) or task.id), None)
+            self._upsert(task, record)
+        elif event == ev.CLAIMED:
+            self._claimed(record)
+        elif event == ev.PROGRESSED:
+            self._progressed(record)
+        elif event == ev.DEAD_LETTERED:
+            task = task_from_record(record, order=self.n)
+            key = str(record.get(ev.F_DLQ_KEY) or task.id)
+            reason = str(record.get(ev.F_REASON) or ev.REASON_MAX_RETRIES)
+            self._dead_letter(task, key, reason, record_time(record))
+        elif event is None:
+            self._snerdmq_line(record)
+        else:
+            self._rare(event, record)
+
+    def _rare(self, event: Any, record: Mapping[str, Any]) -> None:
+        if event == ev.CLAIM_RELEASED:
+            entry = self.live.get(_task_id(record))
+            claim = entry.claim if entry is not None else None
+            if (
+                entry is not None
+                and claim is not None
+                and (record.get(ev.F_ATTEMPT, claim.attempt) == claim.attempt)
+            ):
+                entry.claim = None
+                entry.progress = None
+                entry.order = self.n
+        elif event == ev.PURGED:
+            self.dlq.pop(str(record.get(ev.F_DLQ_KEY) or _task_id(record)), None)
+        elif event == ev.RATE_WINDOW:
+            group = record.get(ev.F_GROUP)
+            times = record.get(ev.F_TIMES)
+            if not isinstance(group, str) or not group:
+                raise EventError(f"{ev.F_GROUP} must be a non-empty string")
+            if not isinstance(times, list):
+                raise EventError(f"{ev.F_TIMES} must be a list")
+            self._window_add(group, [float(t) / 1000.0 for t in times])
+        elif event != ev.SNAPSHOT:
+            self.invalid += 1
+
+    def _snerdmq_line(self, record: Mapping[str, Any]) -> None:
+        task = task_from_record(record, order=self.n)
+        if not record.get(ev.F_DELETED_AT):
+            self._upsert(task, record)
+        elif task.last_error and task.retry_count >= task.max_retries:
+            self._dead_letter(task, task.id, ev.REASON_MAX_RETRIES, None)
+        else:
+            self.live.pop(task.id, None)
+
+    def _upsert(self, task: Task, record: Mapping[str, Any]) -> None:
+        old = self.live.get(task.id)
+        attempt = _attempt(record)
+        if old is not None:
+            attempt = max(attempt, old.attempt)
+        self.live[task.id] = _Live(task, attempt)
+
+    def _dead_letter(self, task: Task, key: str, reason: str, at: float | None) -> None:
+        old = self.live.pop(task.id, None)
+        if old is not None:
+            task = replace(task, attempt=max(task.attempt, old.attempt))
+        self.dlq[key] = DeadLetter(key, task, reason, task.last_error, at)
+
+    def _claimed(self, record: Mapping[str, Any]) -> None:
+        task_id = _task_id(record)
+        at = record_time(record) or 0.0
+        group = record.get(ev.F_GROUP)
+        if group:
+            self._window_add(str(group), [at])
+        entry = self.live.get(task_id)
+        if entry is None or entry.claim is not None:
+            return
+        attempt = record.get(ev.F_ATTEMPT, entry.attempt + 1)
+        if isinstance(attempt, bool) or not isinstance(attempt, int):
+            raise EventError(f"{ev.F_ATTEMPT} must be an integer")
+        daemon = record.get(ev.F_DAEMON)
+        if not isinstance(daemon, str) or not daemon:
+            raise EventError(f"{ev.F_DAEMON} must be a non-empty string")
+        lease = record.get(ev.F_LEASE_UNTIL)
+        lease_until = lease / 1000.0 if isinstance(lease, int | float) else None
+        entry.claim = Claim(daemon, attempt, at, lease_until)
+        entry.attempt = attempt
+        entry.progress = None
+
+    def _progressed(self, record: Mapping[str, Any]) -> None:
+        entry = self.live.get(_task_id(record))
+        if entry is None or entry.claim is None:
+            return
+        attempt = record.get(ev.F_ATTEMPT)
+        if attempt is not None and attempt != entry.claim.attempt:
+            return
+        entry.progress = record.get(ev.F_DATA)
+
+    def _window_add(self, group: str, times: list[float]) -> None:
+        window = self.windows.setdefault(group, [])
+        window.extend(times)
+        if len(window) > 4096:
+            self.windows[group] = self._trimmed(window)
+
+    @staticmethod
+    def _trimmed(times: list[float]) -> list[float]:
+        if not times:
+            return []
+        horizon = max(times) - RATE_WINDOW_SECONDS
+        return sorted(t for t in times if t > horizon)
+
+
+def bulk_fold(records: Iterable[Mapping[str, Any]]) -> QueueState:
+    """The state :func:`state.fold` reaches from the empty state, built in one pass."""
+    folder = BulkFolder()
+    folder.feed(records)
+    return folder.finish()

@@ -1,0 +1,205 @@
+"""The queue projection: every index the dispatcher needs, folded from the log.
+
+``fold(state, records) -> (state, delta)`` is pure: no I/O, no clock. Time arrives
+in records (``ts``) or as the ``now`` argument of :func:`advance`, which moves due
+timers into the ready heaps. The state is immutable (pyrsistent maps and persistent
+heaps); a batch is folded through evolvers and frozen once at the end.
+
+Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
+
+- ``lanes``: per (type, pool, rate group), a heap of ``(-urgency, order, id)``; an entry
+  counts only while its task is READY with that order (stale entries are dropped
+  when they reach the top, so every lane's top is runnable).
+- ``timers``: a heap of ``(not_before, order, id)`` for DELAYED tasks, same rule.
+- ``refs``: parent id -> live children that name it in ``triggerAfterIds``.
+- ``doomed``: blocked children with a dead-lettered parent, awaiting fail-through.
+- ``fingerprints``: dedupe fingerprint -> ids of the live tasks that carry it.
+- ``windows``: rate group -> claim times within 60 s of the group's latest claim.
+- ``by_daemon``: daemon id -> ids of the tasks it has claimed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyrsistent import PMap, PSet, pmap, pset
+from pyrsistent.typing import PMap as PMapT
+from pyrsistent.typing import PSet as PSetT
+
+from snerd.projections import heap
+from snerd.projections.cells import MapCell
+from snerd.projections.delta import Delta, DeltaBuilder
+from snerd.projections.rules import phase_for
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
+
+RATE_WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A task in the dead-letter queue: inspectable, requeueable, purgeable."""
+
+    key: str
+    task: Task
+    reason: str
+    error: str | None
+    at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """The whole projection. Build one with :func:`empty` or :func:`from_tables`."""
+
+    tasks: PMapT[str, Task] = field(default_factory=pmap)
+    dlq: PMapT[str, DeadLetter] = field(default_factory=pmap)
+    lanes: PMapT[tuple[str, str, str], heap.Heap] = field(default_factory=pmap)
+    timers: heap.Heap = None
+    refs: PMapT[str, PSetT[str]] = field(default_factory=pmap)
+    doomed: PSetT[str] = field(default_factory=pset)
+    fingerprints: PMapT[str, PSetT[str]] = field(default_factory=pmap)
+    windows: PMapT[str, tuple[float, ...]] = field(default_factory=pmap)
+    by_daemon: PMapT[str, PSetT[str]] = field(default_factory=pmap)
+    n: int = 0  # records folded: the source of FIFO order
+    last_seq: int = 0
+    invalid: int = 0  # records the fold could not use (reported, never fatal)
+
+
+def empty() -> QueueState:
+    """The state of an empty log."""
+    return QueueState()
+
+
+def fold(state: QueueState, records: Iterable[Mapping[str, Any]]) -> tuple[QueueState, Delta]:
+    """Apply records in order; return the new state and what changed."""
+    from snerd.projections.apply import Folder
+
+    folder = Folder(state)
+    for record in records:
+        folder.apply(record)
+    return folder.finish()
+
+
+def apply(state: QueueState, record: Mapping[str, Any]) -> tuple[QueueState, Delta]:
+    """Apply one record."""
+    return fold(state, (record,))
+
+
+def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
+    """Move every DELAYED task whose time has come (``not_before <= now``) to READY."""
+    timers = state.timers
+    tasks = state.tasks
+    lanes = MapCell(state.lanes)
+    delta = DeltaBuilder()
+    while timers is not None:
+        due, order, task_id = heap.top(timers)
+        task = tasks.get(task_id)
+        if task is None or task.phase != DELAYED or task.order != order:
+            timers = heap.pop(timers)  # stale entry
+            continue
+        if due > now:
+            break
+        timers = heap.pop(timers)
+        task = _with_phase(task, READY)
+        tasks = tasks.set(task_id, task)
+        lanes[task.lane] = heap.push(lanes.get(task.lane), lane_key(task))
+        delta.ready.append(task_id)
+    if not delta:
+        return state, Delta()
+    new = _replace(state, tasks=tasks, timers=timers, lanes=lanes.persistent())
+    return new, delta.freeze()
+
+
+def lane_key(task: Task) -> tuple[float, int, str]:
+    """Max urgency first, then FIFO by order."""
+    return (-task.urgency, task.order, task.id)
+
+
+def timer_key(task: Task) -> tuple[float, int, str]:
+    """Earliest first, then FIFO by order."""
+    return (task.not_before or 0.0, task.order, task.id)
+
+
+def _with_phase(task: Task, phase: str) -> Task:
+    from dataclasses import replace
+
+    return replace(task, phase=phase)
+
+
+def _replace(state: QueueState, **changes: Any) -> QueueState:
+    from dataclasses import replace
+
+    return replace(state, **changes)
+
+
+def from_tables(
+    tasks: Mapping[str, Task],
+    dlq: Mapping[str, DeadLetter],
+    windows: Mapping[str, Sequence[float]],
+    *,
+    n: int,
+    last_seq: int,
+    invalid: int = 0,
+) -> QueueState:
+    """Build every index from the final task table and DLQ (the bulk-replay path).
+
+    ``tasks`` must carry their final order, attempt and claim; phases of tasks that
+    are not ACTIVE are recomputed by :func:`rules.phase_for`, exactly as the
+    incremental fold computes them.
+    """
+    final: dict[str, Task] = {}
+    lane_keys: dict[tuple[str, str, str], list[tuple[float, int, str]]] = {}
+    timer_keys: list[tuple[float, int, str]] = []
+    refs: dict[str, set[str]] = {}
+    doomed: set[str] = set()
+    fingerprints: dict[str, set[str]] = {}
+    by_daemon: dict[str, set[str]] = {}
+    for task in tasks.values():
+        if task.phase != ACTIVE:
+            phase, is_doomed = phase_for(task, tasks, dlq)
+            if phase != task.phase:
+                task = _with_phase(task, phase)
+            if is_doomed:
+                doomed.add(task.id)
+        final[task.id] = task
+        if task.phase == READY:
+            lane_keys.setdefault(task.lane, []).append(lane_key(task))
+        elif task.phase == DELAYED:
+            timer_keys.append(timer_key(task))
+        elif task.phase == ACTIVE and task.claim is not None:
+            by_daemon.setdefault(task.claim.daemon, set()).add(task.id)
+        for parent in task.parents:
+            refs.setdefault(parent, set()).add(task.id)
+        if task.auto_dedupe and task.fingerprint:
+            fingerprints.setdefault(task.fingerprint, set()).add(task.id)
+    return QueueState(
+        tasks=pmap(final),
+        dlq=pmap(dlq),
+        lanes=pmap({lane: heap.from_keys(keys) for lane, keys in lane_keys.items()}),
+        timers=heap.from_keys(timer_keys),
+        refs=pmap({k: pset(v) for k, v in refs.items()}),
+        doomed=pset(doomed),
+        fingerprints=pmap({k: pset(v) for k, v in fingerprints.items()}),
+        windows=pmap({g: tuple(sorted(t)) for g, t in windows.items() if t}),
+        by_daemon=pmap({k: pset(v) for k, v in by_daemon.items()}),
+        n=n,
+        last_seq=last_seq,
+        invalid=invalid,
+    )
+
+
+__all__ = [
+    "BLOCKED",
+    "DeadLetter",
+    "PMap",
+    "PSet",
+    "QueueState",
+    "advance",
+    "apply",
+    "empty",
+    "fold",
+    "from_tables",
+    "lane_key",
+    "timer_key",
+]
