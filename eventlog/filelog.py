@@ -26,7 +26,7 @@ from snerd.eventlog import compaction, locking
 from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_complete, decode_line, split_complete
-from snerd.eventlog.layout import archive_name, resolve
+from snerd.eventlog.layout import resolve
 from snerd.eventlog.watch import Watcher, watch
 
 log = logging.getLogger(__name__)
@@ -284,7 +284,7 @@ class FileLog(BatchingLog):
 
     async def _compact_into(self, tmp: Path, point: _Point, records: list[Record]) -> None:
         ts = time.time_ns() // 1_000_000
-        name = archive_name(ts, point.last_seq)
+        name = self.layout.free_archive_name(ts, point.last_seq)
         header = compaction.snapshot_header(point.last_seq, ts, name, len(records))
         await asyncio.to_thread(compaction.write_snapshot, tmp, header, records, self._fsync_on)
         async with self._exclusive():

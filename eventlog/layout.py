@@ -86,10 +86,21 @@ class Layout:
                 found.append((key, p))
         return [p for _, p in sorted(found)]
 
+    def free_archive_name(self, ts_ms: int, last_seq: int) -> str:
+        """:func:`archive_name`, with a ``-<n>`` suffix if that name is taken."""
+        name = archive_name(ts_ms, last_seq)
+        n = 0
+        while (self.archive_dir / name).exists():
+            n += 1
+            name = archive_name(ts_ms, last_seq, n)
+        return name
 
-def archive_name(ts_ms: int, last_seq: int) -> str:
-    """The archive file name of a compaction at ``ts_ms`` that snapshotted ``last_seq``."""
-    return f"tasks-{ts_ms}-{last_seq}.log"
+
+def archive_name(ts_ms: int, last_seq: int, n: int = 0) -> str:
+    """The archive file name of a compaction at ``ts_ms`` that snapshotted ``last_seq``
+    (``n`` > 0 tells apart compactions with the same time and seq)."""
+    suffix = f"-{n}" if n else ""
+    return f"tasks-{ts_ms}-{last_seq}{suffix}.log"
 
 
 def resolve(path: str | os.PathLike[str]) -> Layout:
