@@ -107,8 +107,9 @@ class FileLog(BatchingLog):
         async with self._mutex:
             await self._read_new()
         if self._follow_on:
-            self._watcher = watch(self.layout.tasks_dir, self.path.name,
-                                  poll_interval=self._poll_interval)
+            self._watcher = watch(
+                self.layout.tasks_dir, self.path.name, poll_interval=self._poll_interval
+            )
             self._follower = asyncio.get_running_loop().create_task(self._follow())
 
     async def close(self) -> None:
@@ -267,8 +268,13 @@ class FileLog(BatchingLog):
         instance reset) meanwhile, the compaction is abandoned silently.
         """
         self._check_usable()
-        point = _Point(self._read_pos - len(self._pending) + self._staged_size,
-                       self._last_seq, self._generation, self._records, self._skipped)
+        point = _Point(
+            self._read_pos - len(self._pending) + self._staged_size,
+            self._last_seq,
+            self._generation,
+            self._records,
+            self._skipped,
+        )
         records = list(snapshot)
         async with self._compact_lock:
             if self._generation != point.generation or self._closing:
@@ -290,8 +296,9 @@ class FileLog(BatchingLog):
         async with self._exclusive():
             if self._generation != point.generation:
                 return  # someone else compacted first; our snapshot is stale
-            await asyncio.to_thread(compaction.append_tail, tmp, self._fd, point.offset,
-                                    self._read_pos, self._fsync_on)
+            await asyncio.to_thread(
+                compaction.append_tail, tmp, self._fd, point.offset, self._read_pos, self._fsync_on
+            )
             archived = self.layout.archive_dir / name
             os.link(self.path, archived)
             try:
@@ -301,8 +308,9 @@ class FileLog(BatchingLog):
                 raise
             self._adopt(point, len(records))
             if self._fsync_on:
-                await asyncio.to_thread(compaction.fsync_dirs, self.layout.tasks_dir,
-                                        self.layout.archive_dir)
+                await asyncio.to_thread(
+                    compaction.fsync_dirs, self.layout.tasks_dir, self.layout.archive_dir
+                )
 
     def _adopt(self, point: _Point, snapshot_records: int) -> None:
         """Continue on the file we just installed, at its end, without a reset."""

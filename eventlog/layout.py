@@ -60,8 +60,7 @@ class Layout:
         """The liveness lock file of ``daemon_id``; raises LogError on an unsafe id."""
         if not _DAEMON_ID_RE.match(daemon_id):
             raise LogError(
-                f"daemon_id must match {_DAEMON_ID_RE.pattern} (no path separators): "
-                f"{daemon_id!r}"
+                f"daemon_id must match {_DAEMON_ID_RE.pattern} (no path separators): {daemon_id!r}"
             )
         return self.daemons_dir / f"{daemon_id}.lock"
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from logkit import Backend, FileBackend, MemoryBackend, Recorder  # noqa: E402
+from logkit import Backend, FileBackend, MemoryBackend, OpenLog, Recorder
 
-from snerd.eventlog.base import EventLog  # noqa: E402
+from snerd.eventlog.base import EventLog
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -19,9 +19,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "memory":
         return MemoryBackend()
     return FileBackend(tmp_path / "storage")
-
-
-OpenLog = Callable[..., Any]
 
 
 @pytest.fixture

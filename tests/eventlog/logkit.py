@@ -19,6 +19,9 @@ WAIT = 10.0
 
 REPO = Path(__file__).resolve().parents[2]
 
+OpenLog = Callable[..., Any]
+"""``await open_log(**kwargs) -> (log, Recorder)`` (the ``open_log`` fixture)."""
+
 
 class Recorder:
     """A listener that keeps everything it is told, plus a key/value fold.

@@ -133,7 +133,7 @@ async def test_garbage_keeps_raw_bytes_and_offsets(storage: Path, file_log: Open
     await log.append(put("a"))
     start = log_path(storage).stat().st_size
     with open(log_path(storage), "ab") as f:
-        f.write(b"\xff\xfe binary\n\n   \n\"just a string\"\n")
+        f.write(b'\xff\xfe binary\n\n   \n"just a string"\n')
     await log.append(put("b"))
     _, rec = await file_log()
     assert [(s.offset, s.raw, s.reason) for s in rec.skipped] == [
@@ -195,7 +195,8 @@ async def test_processes_appending_at_once_never_collide(storage: Path, file_log
             await log.append(put(f"p{i}"))
 
     await asyncio.gather(
-        mine(), run_child(APPENDER, str(storage), "100", "c"),
+        mine(),
+        run_child(APPENDER, str(storage), "100", "c"),
         run_child(APPENDER, str(storage), "100", "d"),
     )
     await rec.wait_for(lambda: len(rec.records) == 300)
@@ -233,8 +234,9 @@ async def test_write_error_is_fatal_for_the_instance(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(compaction, "write_all", no_space)
-    results = await asyncio.gather(log.append(put("b")), log.append(put("c")),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        log.append(put("b")), log.append(put("c")), return_exceptions=True
+    )
     assert all(isinstance(r, LogError) for r in results)
     monkeypatch.undo()
     with pytest.raises(LogError):
@@ -323,7 +325,9 @@ async def test_archive_and_full_history_without_duplicates(storage: Path, file_l
     assert [r["k"] for r in first_archive] == written[:5]
 
 
-async def test_history_before_any_compaction_is_the_live_log(storage: Path, file_log: Opener) -> None:
+async def test_history_before_any_compaction_is_the_live_log(
+    storage: Path, file_log: Opener
+) -> None:
     log, _ = await file_log()
     await log.append(put("a", "b"))
     assert [r["k"] for r in iter_history(storage) if isinstance(r, dict)] == ["a", "b"]

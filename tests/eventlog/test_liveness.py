@@ -65,7 +65,9 @@ def test_stale_file_means_dead_and_is_removed(tmp_path: Path) -> None:
 def test_liveness_across_processes_and_kill_9(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         child_argv(HOLDER, str(tmp_path), "worker-1"),
-        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     try:
         assert proc.stdout is not None

@@ -104,5 +104,8 @@ def test_archive_files_sort_numerically(tmp_path: Path) -> None:
         (layout.archive_dir / archive_name(ts, seq)).touch()
     (layout.archive_dir / "notes.txt").touch()
     assert [p.name for p in layout.archive_files()] == [
-        "tasks-99-1.log", "tasks-900-5.log", "tasks-1000-7.log", "tasks-1000-12.log",
+        "tasks-99-1.log",
+        "tasks-900-5.log",
+        "tasks-1000-7.log",
+        "tasks-1000-12.log",
     ]

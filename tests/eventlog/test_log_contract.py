@@ -10,8 +10,7 @@ import os
 from typing import Any
 
 import pytest
-from conftest import OpenLog
-from logkit import Backend, Recorder
+from logkit import Backend, OpenLog, Recorder
 
 from snerd.errors import LogClosedError, LogError
 from snerd.eventlog.base import EventLog, Record
@@ -93,7 +92,9 @@ async def test_a_raising_command_affects_only_its_caller(open_log: OpenLog) -> N
         raise ValueError("no")
 
     results = await asyncio.gather(
-        log.append(recs("a")), log.transact(boom), log.append(recs("b")),
+        log.append(recs("a")),
+        log.transact(boom),
+        log.append(recs("b")),
         return_exceptions=True,
     )
     assert results[0] is None and results[2] is None
@@ -107,7 +108,8 @@ async def test_a_raising_command_affects_only_its_caller(open_log: OpenLog) -> N
 async def test_unserializable_record_fails_only_its_caller(open_log: OpenLog) -> None:
     log, rec = await open_log()
     results = await asyncio.gather(
-        log.append([{"k": "bad", "v": object()}]), log.append(recs("ok")),
+        log.append([{"k": "bad", "v": object()}]),
+        log.append(recs("ok")),
         return_exceptions=True,
     )
     assert isinstance(results[0], LogError)
@@ -204,7 +206,7 @@ async def test_concurrent_transacts_are_group_committed(
 
 
 async def test_non_durable_appends(open_log: OpenLog) -> None:
-    log, rec = await open_log(fsync=True)
+    log, _ = await open_log(fsync=True)
     await asyncio.gather(log.append(recs("a"), durable=False), log.append(recs("b")))
     _, fresh = await open_log()
     assert {r["k"] for r in fresh.records} == {"a", "b"}

@@ -124,7 +124,8 @@ class LogMachine(RuleBasedStateMachine):
                 self.pending = record
                 self.seq = record["seq"]
         torn = cut != start and all(end != cut for end, _ in lines)
-        event("crash: " + ("newline lost" if self.pending else "torn line" if torn else "clean cut"))
+        kind = "newline lost" if self.pending else "torn line" if torn else "clean cut"
+        event(f"crash: {kind}")
         self.batch = None
         self.crashes += 1
         self.log, self.rec = self._open()
