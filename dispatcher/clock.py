@@ -1,0 +1,76 @@
+"""Time for the shell: wall-clock now, and wake-ups scheduled on the event loop.
+
+Everything time-dependent in the dispatcher (execute_at, cron, backoff, rate
+windows, timeouts, leases) reads :meth:`Clock.now` and waits with
+:meth:`Clock.call_at`, so tests drive it with :class:`ManualClock` and no sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the Unix epoch."""
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        """Run ``callback`` on the event loop once ``now() >= when``."""
+
+
+class SystemClock:
+    """The real wall clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        loop = asyncio.get_running_loop()
+        return loop.call_later(max(0.0, when - time.time()), callback)
+
+
+class _ManualTimer:
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """A clock that moves only when told to; due callbacks run on :meth:`advance`."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+        self._timers: list[tuple[float, int, _ManualTimer, Callable[[], None]]] = []
+        self._ids = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        timer = _ManualTimer()
+        heapq.heappush(self._timers, (when, next(self._ids), timer, callback))
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward and run every callback that became due, in time order."""
+        self.set(self._now + seconds)
+
+    def set(self, instant: float) -> None:
+        self._now = max(self._now, instant)
+        while self._timers and self._timers[0][0] <= self._now:
+            _, _, timer, callback = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                callback()

@@ -1,0 +1,268 @@
+"""Commands -> events: pure functions that decide which records a command appends.
+
+Each runs under the log lock against the caught-up state (see ``EventLog.transact``),
+so what it checks (a live id, a free fingerprint, an unclaimed task) still holds
+when its records land. Events are past-tense facts; these functions are imperative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import xxhash
+
+from snerd.projections import events as ev
+from snerd.projections.queries import descendants
+from snerd.projections.schedule import format_instant, next_fire, parse_cron, reschedule
+from snerd.projections.state import QueueState
+from snerd.projections.task import Task, task_to_record
+from snerd.rpc.protocol import Enqueue
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A command that appends nothing: why, as a protocol error code and message."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Deduplicated:
+    """An enqueue dropped because a live task carries the same fingerprint."""
+
+    duplicate_of: str
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _event(event: str, now: float, daemon: str, **fields: Any) -> Record:
+    return {ev.F_EVENT: event, ev.F_TS: ms(now), ev.F_DAEMON: daemon, **fields}
+
+
+def full_state(event: str, task: Task, now: float, daemon: str, **fields: Any) -> Record:
+    """A full-state line: the task's latest state plus our event fields."""
+    deleted = now if event in (ev.SUCCEEDED, ev.CANCELLED, ev.DEAD_LETTERED) else None
+    record = task_to_record(task, deleted_at=deleted)
+    record.update(_event(event, now, daemon, **fields))
+    if task.attempt:
+        record.setdefault(ev.F_ATTEMPT, task.attempt)
+    return record
+
+
+def fingerprint(task_type: str, task_data: str) -> str:
+    """xxHash of type and data: equal payloads of one type dedupe."""
+    return xxhash.xxh3_64_hexdigest(f"{task_type}\x00{task_data}".encode())
+
+
+# --- enqueue ---------------------------------------------------------------------------
+
+
+def enqueue(
+    state: QueueState, cmd: Enqueue, *, now: float, daemon: str
+) -> tuple[list[Record], Refusal | Deduplicated | None]:
+    """The enqueued event, or a refusal (live id) or a dedupe verdict."""
+    if cmd.task_id in state.tasks or cmd.task_id in state.dlq:
+        where = "in the dead-letter queue" if cmd.task_id in state.dlq else "live"
+        return [], Refusal("duplicate_task", f"task {cmd.task_id!r} already exists ({where})")
+    cycle = _cycle(state, cmd.task_id, cmd.trigger_after_ids)
+    if cycle:
+        return [], Refusal("invalid_field", f"trigger_after_ids would create a cycle via {cycle!r}")
+    digest = fingerprint(cmd.task_type, cmd.task_data) if cmd.auto_dedupe else None
+    holders = state.fingerprints.get(digest) if digest else None
+    if holders:
+        return [], Deduplicated(min(holders))
+    execute_at = cmd.execute_at
+    if cmd.cron and execute_at is None:
+        execute_at = next_fire(parse_cron(cmd.cron), now)
+    task = Task(
+        id=cmd.task_id,
+        type=cmd.task_type,
+        data=cmd.task_data,
+        max_retries=cmd.max_retries,
+        retry_after_hours=cmd.retry_after_hours,
+        urgency=cmd.urgency_score,
+        execute_at=execute_at,
+        cron=cmd.cron,
+        webhook_url=cmd.webhook_url,
+        max_execution_seconds=cmd.max_execution_seconds,
+        pool=cmd.pool,
+        rate_group=cmd.rate_limit_group,
+        max_per_minute=cmd.max_per_minute,
+        auto_dedupe=cmd.auto_dedupe,
+        fingerprint=digest,
+        parents=cmd.trigger_after_ids,
+        created_at=now,
+    )
+    return [full_state(ev.ENQUEUED, task, now, daemon)], None
+
+
+def _cycle(state: QueueState, task_id: str, parents: tuple[str, ...]) -> str | None:
+    """A live ancestor that already waits on ``task_id`` (the DAG would deadlock)."""
+    seen: set[str] = set()
+    frontier = list(parents)
+    while frontier:
+        current = frontier.pop()
+        task = state.tasks.get(current)
+        if current in seen or task is None:
+            continue
+        seen.add(current)
+        if task_id in task.parents:
+            return current
+        frontier.extend(task.parents)
+    return None
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+def claim(task: Task, *, now: float, daemon: str, lease_seconds: float) -> Record:
+    """The claim of the task's next attempt by ``daemon``."""
+    record = _event(
+        ev.CLAIMED, now, daemon,
+        **{ev.F_TASK_ID: task.id, ev.F_ATTEMPT: task.attempt + 1,
+           ev.F_LEASE_UNTIL: ms(now + lease_seconds)},
+    )  # fmt: skip
+    if task.rate_group:
+        record[ev.F_GROUP] = task.rate_group
+    return record
+
+
+def succeed(task: Task, *, now: float, daemon: str) -> list[Record]:
+    """Completion: a tombstone, or for a cron task its next occurrence."""
+    if task.cron:
+        return [_next_occurrence(task, now, daemon)]
+    return [full_state(ev.SUCCEEDED, task, now, daemon)]
+
+
+def _next_occurrence(task: Task, now: float, daemon: str) -> Record:
+    cron = parse_cron(task.cron or "")
+    at = reschedule(cron, scheduled_at=task.execute_at or now, now=now)
+    fresh = replace(task, execute_at=at, retry_count=0, retry_after_time=None, last_error=None)
+    return full_state(ev.RESCHEDULED, fresh, now, daemon)
+
+
+def fail(
+    state: QueueState, task: Task, error: str, *, now: float, daemon: str,
+    reason: str = ev.REASON_MAX_RETRIES,
+) -> tuple[list[Record], bool]:  # fmt: skip
+    """A retry after backoff while retries remain; else dead letter (and fail-through).
+
+    Returns the records and whether the task was dead-lettered.
+    """
+    if task.retry_count < task.max_retries:
+        delay = task.retry_after_hours * 3600.0
+        retried = replace(
+            task,
+            retry_count=task.retry_count + 1,
+            retry_after_time=now + delay if delay > 0 else None,
+            last_error=error,
+        )
+        return [full_state(ev.RETRY_SCHEDULED, retried, now, daemon)], False
+    return dead_letter(state, replace(task, last_error=error), now=now, daemon=daemon,
+                       reason=reason), True  # fmt: skip
+
+
+def dead_letter(
+    state: QueueState, task: Task, *, now: float, daemon: str, reason: str
+) -> list[Record]:
+    """The task into the DLQ, its waiting descendants failed through in the same batch.
+
+    A cron task's occurrence is dead-lettered under ``id@occurrence`` and the
+    schedule goes on with the next occurrence.
+    """
+    records = []
+    if task.cron:
+        key = f"{task.id}@{format_instant(task.execute_at or now)}"
+        records.append(full_state(ev.DEAD_LETTERED, task, now, daemon,
+                                  **{ev.F_REASON: reason, ev.F_DLQ_KEY: key}))  # fmt: skip
+        records.append(_next_occurrence(task, now, daemon))
+        return records
+    records.append(full_state(ev.DEAD_LETTERED, task, now, daemon, **{ev.F_REASON: reason}))
+    records.extend(fail_through(state, [task.id], now=now, daemon=daemon))
+    return records
+
+
+def fail_through(state: QueueState, parents: list[str], *, now: float, daemon: str) -> list[Record]:
+    """Dead-letter every live task waiting on ``parents``, transitively, parents first."""
+    out: list[Record] = []
+    seen: set[str] = set(parents)
+    for parent in parents:
+        for child_id in descendants(state, parent):
+            child = state.tasks.get(child_id)
+            if child_id in seen or child is None or child.claim is not None:
+                continue
+            seen.add(child_id)
+            failed = replace(child, last_error=f"parent task failed: {parent}")
+            out.append(full_state(ev.DEAD_LETTERED, failed, now, daemon,
+                                  **{ev.F_REASON: ev.REASON_FAILED_PARENT}))  # fmt: skip
+    return out
+
+
+def release(task: Task, *, reason: str, now: float, daemon: str) -> Record:
+    """End a claim without an outcome (owner died, lease expired, drain)."""
+    attempt = task.claim.attempt if task.claim else task.attempt
+    return _event(
+        ev.CLAIM_RELEASED, now, daemon,
+        **{ev.F_TASK_ID: task.id, ev.F_ATTEMPT: attempt, ev.F_REASON: reason},
+    )  # fmt: skip
+
+
+def progress(task: Task, data: Any, *, now: float, daemon: str) -> Record:
+    attempt = task.claim.attempt if task.claim else task.attempt
+    return _event(
+        ev.PROGRESSED, now, daemon,
+        **{ev.F_TASK_ID: task.id, ev.F_ATTEMPT: attempt, ev.F_DATA: data},
+    )  # fmt: skip
+
+
+# --- operator actions -------------------------------------------------------------------
+
+
+def cancel(
+    state: QueueState, task_id: str, *, now: float, daemon: str
+) -> tuple[list[Record], Refusal | None]:
+    """Cancel a task that is not running; its waiting descendants fail through."""
+    task = state.tasks.get(task_id)
+    if task is None:
+        if task_id in state.dlq:
+            return [], Refusal("invalid_state", f"task {task_id!r} is dead-lettered; purge it")
+        return [], Refusal("unknown_task", f"no live task {task_id!r}")
+    if task.claim is not None:
+        return [], Refusal("invalid_state", f"task {task_id!r} is running")
+    records = fail_through(state, [task_id], now=now, daemon=daemon)
+    records.append(full_state(ev.CANCELLED, task, now, daemon))
+    return records, None
+
+
+def requeue(
+    state: QueueState, key: str, *, now: float, daemon: str
+) -> tuple[list[Record], Refusal | None]:
+    """Move a dead-lettered task back to the queue with its retries restored.
+
+    A cron occurrence (key ``id@time``) comes back as a one-off task of that id.
+    """
+    entry = state.dlq.get(key)
+    if entry is None:
+        return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
+    task = entry.task
+    if key != task.id:
+        task = replace(task, id=key, cron=None)
+    if task.id in state.tasks:
+        return [], Refusal("duplicate_task", f"task {task.id!r} is live")
+    fresh = replace(task, retry_count=0, retry_after_time=None, last_error=None)
+    return [full_state(ev.REQUEUED, fresh, now, daemon, **{ev.F_DLQ_KEY: key})], None
+
+
+def purge(
+    state: QueueState, key: str, *, now: float, daemon: str
+) -> tuple[list[Record], Refusal | None]:
+    """Delete a dead-letter entry for good."""
+    if key not in state.dlq:
+        return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
+    return [_event(ev.PURGED, now, daemon, **{ev.F_DLQ_KEY: key, ev.F_TASK_ID: key})], None

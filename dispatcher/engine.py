@@ -1,0 +1,462 @@
+"""The engine: one log, one projection state, the executors, and the dispatch loop.
+
+State changes in one place only: the log listener folds every record (ours and other
+processes') into :attr:`Engine.state`, and :func:`advance` moves due timers. The
+dispatch loop wakes on deltas, on registrations, on freed capacity and on one timer
+armed for the next instant something becomes due: there is no polling tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from snerd.dispatcher import commands as cmds
+from snerd.dispatcher.clock import Clock, SystemClock, Timer
+from snerd.dispatcher.executors import Executor, Run
+from snerd.dispatcher.notify import Notifier
+from snerd.errors import EventError
+from snerd.eventlog.base import EventLog, Record, SkippedLine
+from snerd.eventlog.liveness import Liveness
+from snerd.projections import events as ev
+from snerd.projections import queries
+from snerd.projections.delta import Delta
+from snerd.projections.replay import BulkFolder
+from snerd.projections.state import QueueState, advance, empty, fold
+from snerd.projections.task import Task
+from snerd.rpc.protocol import Enqueue
+
+log = logging.getLogger("snerd.engine")
+T = TypeVar("T")
+
+_WAKING = ("ready", "delayed", "released", "finished", "doomed", "dead")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Tunables; every one has a sane default."""
+
+    daemon_id: str = ""
+    max_workers: int = 16
+    pools: dict[str, int] = field(default_factory=dict)
+    lease_seconds: float = 3600.0
+    timeout_grace: float = 1.0
+    housekeeping_seconds: float = 1.0
+    drain_seconds: float = 30.0
+    compact_min_bytes: int = 64 << 20
+    compact_dead_ratio: float = 0.5
+
+
+def new_daemon_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Engine:
+    """Runs the queue on one log. ``start()``, then feed commands; ``drain()`` to stop."""
+
+    def __init__(
+        self,
+        log_: EventLog,
+        *,
+        executors: Sequence[Executor],
+        clock: Clock | None = None,
+        config: EngineConfig | None = None,
+        liveness: Liveness | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.log = log_
+        self.executors = list(executors)
+        self.clock = clock or SystemClock()
+        self.config = config or EngineConfig()
+        self.daemon = self.config.daemon_id or new_daemon_id()
+        self.liveness = liveness
+        self.notifier = notifier or Notifier()
+        self.state: QueueState = empty()
+        self.runs: dict[str, Run] = {}
+        self.skipped: list[SkippedLine] = []
+        self.draining = False
+        self._bulk: BulkFolder | None = None
+        self._wake = asyncio.Event()
+        self._timer: Timer | None = None
+        self._timer_at: float | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._house_timer: Timer | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._compacting = False
+
+    # --- log listener (the only writer of self.state) --------------------------------
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        if self._bulk is not None:
+            self._bulk.feed(records)
+            return
+        self.state, delta = fold(self.state, records)
+        self._react(delta)
+
+    def on_reset(self) -> None:
+        self.state = empty()
+        self._wake.set()
+
+    def on_skipped(self, skipped: SkippedLine) -> None:
+        self.skipped.append(skipped)
+        del self.skipped[:-100]
+        log.warning("skipped %s log line at byte %d", skipped.reason, skipped.offset)
+
+    def _react(self, delta: Delta) -> None:
+        if delta.progress:
+            self.notifier.progress(self.state, delta.progress, self.runs)
+        if any(getattr(delta, name) for name in _WAKING):
+            self._wake.set()
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Hold the liveness lock, replay the log, and start dispatching."""
+        if self.liveness is not None:
+            self.liveness.hold(self.daemon)
+        self._bulk = BulkFolder()
+        await self.log.open(self)
+        bulk, self._bulk = self._bulk, None
+        self.state = bulk.finish()
+        self._loop_task = asyncio.get_running_loop().create_task(self._dispatch_loop())
+        self._housekeeping()
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running attempts finish (up to ``timeout``), release the
+        rest, and close the log. Idempotent."""
+        if self.draining:
+            await self._idle.wait()
+            return
+        self.draining = True
+        if self._house_timer is not None:
+            self._house_timer.cancel()
+        wait = self.config.drain_seconds if timeout is None else timeout
+        if self.runs:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_finished(), wait)
+        await self._release_all(ev.REASON_DRAIN)
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        await self.notifier.close()
+        await self.log.close()
+        if self.liveness is not None:
+            self.liveness.release(self.daemon)
+
+    async def _all_finished(self) -> None:
+        while self.runs:
+            self._idle.clear()
+            await self._idle.wait()
+
+    async def _release_all(self, reason: str) -> None:
+        runs = list(self.runs.values())
+        for run in runs:
+            self._forget(run)
+            for executor in self.executors:
+                if run.executor is executor:
+                    executor.stop(run)
+        if runs:
+            await self._commit(lambda: (self._releases(runs, reason), None))
+
+    def _releases(self, runs: list[Run], reason: str) -> list[Record]:
+        now = self.clock.now()
+        out = []
+        for run in runs:
+            task = self.state.tasks.get(run.task.id)
+            if task is not None and _owns(task, self.daemon, run.attempt):
+                out.append(cmds.release(task, reason=reason, now=now, daemon=self.daemon))
+        return out
+
+    # --- writing ----------------------------------------------------------------------
+
+    async def _commit(
+        self, decide: Callable[[], tuple[list[Record], T]], *, durable: bool = True
+    ) -> T:
+        """Run ``decide`` under the log lock; afterwards announce our dead letters."""
+        written: list[Record] = []
+
+        def command() -> tuple[list[Record], T]:
+            records, result = decide()
+            written.extend(records)
+            return records, result
+
+        result = await self.log.transact(command, durable=durable)
+        for record in written:
+            if record.get(ev.F_EVENT) == ev.DEAD_LETTERED:
+                self.notifier.dead_lettered(record)
+        return result
+
+    # --- commands ----------------------------------------------------------------------
+
+    async def enqueue(self, cmd: Enqueue) -> cmds.Refusal | cmds.Deduplicated | None:
+        """Durably enqueue; None means acked, else why not."""
+
+        def decide() -> tuple[list[Record], cmds.Refusal | cmds.Deduplicated | None]:
+            try:
+                return cmds.enqueue(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
+            except EventError as exc:
+                return [], cmds.Refusal("invalid_field", str(exc))
+
+        return await self._commit(decide)
+
+    async def cancel(self, task_id: str) -> cmds.Refusal | None:
+        return await self._commit(
+            lambda: cmds.cancel(self.state, task_id, now=self.clock.now(), daemon=self.daemon)
+        )
+
+    async def requeue(self, key: str) -> cmds.Refusal | None:
+        return await self._commit(
+            lambda: cmds.requeue(self.state, key, now=self.clock.now(), daemon=self.daemon)
+        )
+
+    async def purge(self, key: str) -> cmds.Refusal | None:
+        return await self._commit(
+            lambda: cmds.purge(self.state, key, now=self.clock.now(), daemon=self.daemon)
+        )
+
+    async def report_progress(self, task_id: str, data: Any) -> cmds.Refusal | None:
+        """Record progress of an attempt this daemon runs (others are refused)."""
+        run = self.runs.get(task_id)
+        if run is None:
+            return cmds.Refusal("not_active", f"task {task_id!r} is not running here")
+        record = cmds.progress(run.task, data, now=self.clock.now(), daemon=self.daemon)
+        record[ev.F_ATTEMPT] = run.attempt
+        await self.log.append([record], durable=False)
+        return None
+
+    async def finish(
+        self, task_id: str, *, success: bool, error: str | None = None,
+        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES,
+    ) -> cmds.Refusal | None:  # fmt: skip
+        """Record the outcome of an attempt this daemon runs."""
+        run = self.runs.get(task_id)
+        if run is None or (attempt is not None and attempt != run.attempt):
+            return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
+        self._forget(run)
+        message = error or "task failed"
+
+        def decide() -> tuple[list[Record], cmds.Refusal | None]:
+            task = self.state.tasks.get(task_id)
+            if task is None or not _owns(task, self.daemon, run.attempt):
+                return [], cmds.Refusal("not_active", f"the claim on {task_id!r} was lost")
+            now = self.clock.now()
+            if success:
+                return cmds.succeed(task, now=now, daemon=self.daemon), None
+            records, _ = cmds.fail(
+                self.state, task, message, now=now, daemon=self.daemon, reason=reason
+            )
+            return records, None
+
+        return await self._commit(decide)
+
+    def _forget(self, run: Run) -> None:
+        self.runs.pop(run.task.id, None)
+        if run.timer is not None:
+            run.timer.cancel()
+        if not self.runs:
+            self._idle.set()
+        self._wake.set()
+
+    # --- dispatch loop --------------------------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._dispatch_pass()
+            except Exception:  # keep dispatching; the log stays the truth
+                log.exception("dispatch pass failed")
+                await asyncio.sleep(0.1)
+                self._wake.set()
+
+    async def _dispatch_pass(self) -> None:
+        if self.draining:
+            return
+        now = self.clock.now()
+        self.state, delta = advance(self.state, now)
+        if self.state.doomed:
+            await self._commit(self._fail_through_doomed)
+        while self._capacity() > 0:
+            pick = queries.pick(self.state, now, self._eligible)
+            if pick.task is None:
+                self._arm(pick.wake_at)
+                return
+            runs = await self._commit(self._claim_batch, durable=False)
+            for run in runs:
+                self._begin(run)
+            if not runs:
+                self._wake.set()
+                return
+            now = self.clock.now()
+
+    def _fail_through_doomed(self) -> tuple[list[Record], None]:
+        doomed = [t for t in self.state.doomed if t in self.state.tasks]
+        parents = sorted({p for t in doomed for p in self.state.tasks[t].parents})
+        failed = [p for p in parents if p in self.state.dlq]
+        now = self.clock.now()
+        return cmds.fail_through(self.state, failed, now=now, daemon=self.daemon), None
+
+    def _capacity(self) -> int:
+        return self.config.max_workers - len(self.runs)
+
+    def _eligible(self, task: Task) -> bool:
+        if task.pool and task.pool in self.config.pools:
+            busy = sum(1 for r in self.runs.values() if r.task.pool == task.pool)
+            if busy >= self.config.pools[task.pool]:
+                return False
+        return self._executor_for(task) is not None
+
+    def _executor_for(self, task: Task) -> Executor | None:
+        for executor in self.executors:
+            if executor.accepts(task):
+                return executor
+        return None
+
+    def _claim_batch(self) -> tuple[list[Record], list[Run]]:
+        """Under the lock: claim as many runnable tasks as capacity allows."""
+        state = self.state
+        now = self.clock.now()
+        records: list[Record] = []
+        runs: list[Run] = []
+        state, _ = advance(state, now)
+        for _ in range(max(0, self._capacity())):
+            task = queries.pick(state, now, self._eligible).task
+            if task is None:
+                break
+            record = cmds.claim(task, now=now, daemon=self.daemon, lease_seconds=self._lease(task))
+            state, _ = fold(state, [record])
+            records.append(record)
+            runs.append(Run(task=state.tasks[task.id], attempt=record[ev.F_ATTEMPT], started=now))
+        return records, runs
+
+    def _lease(self, task: Task) -> float:
+        if task.max_execution_seconds:
+            return task.max_execution_seconds + self.config.timeout_grace + 5.0
+        return self.config.lease_seconds
+
+    def _begin(self, run: Run) -> None:
+        executor = self._executor_for(run.task)
+        task = self.state.tasks.get(run.task.id)
+        if executor is None or task is None or not _owns(task, self.daemon, run.attempt):
+            return  # lost in the meantime (cancelled, released): nothing to run
+        run.executor = executor
+        self.runs[run.task.id] = run
+        self._idle.clear()
+        limit = run.task.max_execution_seconds
+        if limit:
+            deadline = self.clock.now() + limit + self.config.timeout_grace
+            run.timer = self.clock.call_at(deadline, lambda: self._timed_out(run))
+        executor.start(run, self)
+
+    def _timed_out(self, run: Run) -> None:
+        if self.runs.get(run.task.id) is not run:
+            return
+        if run.executor is not None:
+            run.executor.stop(run)
+        limit = run.task.max_execution_seconds
+        asyncio.get_running_loop().create_task(
+            self.finish(
+                run.task.id,
+                success=False,
+                attempt=run.attempt,
+                error=f"timed out after {limit:g} seconds",
+                reason=ev.REASON_TIMEOUT,
+            )  # fmt: skip
+        )
+
+    def _arm(self, when: float | None) -> None:
+        if when is None or (self._timer_at is not None and self._timer_at <= when):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+
+        def fire() -> None:
+            self._timer = self._timer_at = None
+            self._wake.set()
+
+        self._timer = self.clock.call_at(when, fire)
+
+    def wake(self) -> None:
+        """Something outside the log changed (a handler was registered): look again."""
+        self._wake.set()
+
+    # --- housekeeping: dead owners, expired leases, compaction ----------------------------
+
+    def _housekeeping(self) -> None:
+        if self.draining:
+            return
+        asyncio.get_running_loop().create_task(self._housekeep())
+        when = self.clock.now() + self.config.housekeeping_seconds
+        self._house_timer = self.clock.call_at(when, self._housekeeping)
+
+    async def _housekeep(self) -> None:
+        try:
+            await self._release_orphans()
+            await self._maybe_compact()
+        except Exception:
+            log.exception("housekeeping failed")
+
+    async def _release_orphans(self) -> None:
+        now = self.clock.now()
+        owners = [d for d in self.state.by_daemon if d != self.daemon]
+        dead = {d for d in owners if self.liveness is not None and not self.liveness.is_alive(d)}
+        stale = [
+            t for t in queries.expired_leases(self.state, now)
+            if t.claim is not None and t.claim.daemon != self.daemon
+        ]  # fmt: skip
+        if not dead and not stale:
+            return
+
+        def decide() -> tuple[list[Record], None]:
+            out = []
+            for task in queries.iter_active(self.state):
+                claim = task.claim
+                if claim is None or claim.daemon == self.daemon:
+                    continue
+                if claim.daemon in dead:
+                    reason = ev.REASON_OWNER_DIED
+                elif claim.lease_until is not None and claim.lease_until < now:
+                    reason = ev.REASON_LEASE_EXPIRED
+                else:
+                    continue
+                out.append(cmds.release(task, reason=reason, now=now, daemon=self.daemon))
+            return out, None
+
+        await self._commit(decide)
+
+    async def _maybe_compact(self) -> None:
+        stats = self.log.stats()
+        live = len(self.state.tasks) + len(self.state.dlq) + len(self.runs)
+        if stats.size_bytes < self.config.compact_min_bytes or stats.records == 0:
+            return
+        if (stats.records - live) / stats.records < self.config.compact_dead_ratio:
+            return
+        await self.compact()
+
+    async def compact(self) -> None:
+        """Rewrite the log as a snapshot of the current state (others may keep going)."""
+        if self._compacting:
+            return
+        from snerd.projections.snapshot import snapshot_records
+
+        self._compacting = True
+        try:
+            await self.log.compact(snapshot_records(self.state, self.clock.now()))
+        finally:
+            self._compacting = False
+
+
+def _owns(task: Task, daemon: str, attempt: int) -> bool:
+    claim = task.claim
+    return claim is not None and claim.daemon == daemon and claim.attempt == attempt
