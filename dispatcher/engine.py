@@ -161,9 +161,8 @@ class Engine:
         runs = list(self.runs.values())
         for run in runs:
             self._forget(run)
-            for executor in self.executors:
-                if run.executor is executor:
-                    executor.stop(run)
+            if run.executor is not None:
+                run.executor.stop(run)
         if runs:
             await self._commit(lambda: (self._releases(runs, reason), None))
 
@@ -257,6 +256,13 @@ class Engine:
             return records, None
 
         return await self._commit(decide)
+
+    async def release(self, run: Run, reason: str) -> None:
+        """Give an attempt back to the queue without an outcome (no retry counted)."""
+        self._forget(run)
+        if run.executor is not None:
+            run.executor.stop(run)
+        await self._commit(lambda: (self._releases([run], reason), None))
 
     def _forget(self, run: Run) -> None:
         self.runs.pop(run.task.id, None)

@@ -1,0 +1,50 @@
+"""stdout for protocol lines only: non-blocking when stdout is a pipe, buffered writes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from typing import Any
+
+
+class Output:
+    """Writes protocol lines; never blocks the event loop on a pipe."""
+
+    def __init__(self, transport: asyncio.WriteTransport | None, fd: int) -> None:
+        self._transport = transport
+        self._fd = fd
+
+    @classmethod
+    async def open(cls, stream: Any) -> Output:
+        fd = stream.fileno()
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode):
+            loop = asyncio.get_running_loop()
+            transport, _ = await loop.connect_write_pipe(asyncio.Protocol, stream)
+            return cls(transport, fd)
+        return cls(None, fd)  # a regular file: plain writes
+
+    def write(self, line: bytes) -> None:
+        if self._transport is not None:
+            if not self._transport.is_closing():
+                self._transport.write(line)
+            return
+        view = memoryview(line)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    async def drain(self) -> None:
+        """Wait (briefly) until buffered lines reach the pipe."""
+        transport = self._transport
+        for _ in range(200):
+            if transport is None or transport.is_closing():
+                return
+            if transport.get_write_buffer_size() == 0:
+                return
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        await self.drain()
+        if self._transport is not None:
+            self._transport.close()
