@@ -91,6 +91,7 @@ class Engine:
         self._idle = asyncio.Event()
         self._idle.set()
         self._compacting = False
+        self.changed = asyncio.Event()  # set on every state change; waiters clear it
 
     # --- log listener (the only writer of self.state) --------------------------------
 
@@ -99,6 +100,7 @@ class Engine:
             self._bulk.feed(records)
             return
         self.state, delta = fold(self.state, records)
+        self.changed.set()
         self._react(delta)
 
     def on_reset(self) -> None:
@@ -271,6 +273,7 @@ class Engine:
         if not self.runs:
             self._idle.set()
         self._wake.set()
+        self.changed.set()
 
     # --- dispatch loop --------------------------------------------------------------------
 
@@ -290,6 +293,8 @@ class Engine:
             return
         now = self.clock.now()
         self.state, delta = advance(self.state, now)
+        if delta:
+            self.changed.set()
         if self.state.doomed:
             await self._commit(self._fail_through_doomed)
         while self._capacity() > 0:

@@ -184,6 +184,11 @@ def parse_line(line: bytes | str) -> Command:
     except orjson.JSONDecodeError as exc:
         what = "line is empty" if not raw.strip() else f"line is not valid JSON ({exc})"
         raise InvalidMessage(what, code=INVALID_JSON, raw=raw) from None
+    return parse_message(msg, raw=raw)
+
+
+def parse_message(msg: Any, *, raw: bytes = b"") -> Command:
+    """Validate an already decoded message (the embedded API's path to the same rules)."""
     if not isinstance(msg, dict):
         what = f"message must be a JSON object, got {_show(msg)}"
         raise InvalidMessage(what, code=INVALID_JSON, raw=raw)

@@ -1,0 +1,206 @@
+"""Embedded mode: the same engine in-process, with async Python handlers and no daemon.
+
+    queue = snerd.Queue(".snerdata")
+
+    @queue.handler("send_email")
+    async def send_email(job):
+        await job.progress({"pct": 50})
+
+    async with queue:
+        await queue.enqueue("email-1", "send_email", {"to": "a@b.c"})
+        await queue.join()
+
+The log format is the daemon's, so an embedded worker and SDK daemons can share one
+storage directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from snerd.dispatcher import commands as cmds
+from snerd.dispatcher.clock import Clock
+from snerd.dispatcher.engine import Engine, EngineConfig
+from snerd.dispatcher.executors import Handler, HandlerExecutor, Job, current_job
+from snerd.dispatcher.notify import Notifier
+from snerd.dispatcher.views import stats_view, task_view
+from snerd.dispatcher.webhooks import WebhookExecutor
+from snerd.errors import DispatchError
+from snerd.eventlog.base import EventLog, Record
+from snerd.eventlog.filelog import FileLog
+from snerd.eventlog.liveness import Liveness
+from snerd.rpc.protocol import Enqueue, parse_message
+
+ProgressCallback = Callable[[str, Any], Any]
+DeadLetterCallback = Callable[[Record], Any]
+
+
+class _Callbacks:
+    """Notifier listener that calls the user's progress / dead-letter callbacks."""
+
+    def __init__(self) -> None:
+        self.progress: list[ProgressCallback] = []
+        self.dead: list[DeadLetterCallback] = []
+
+    def on_progress(self, task_id: str, task_type: str | None, data: Any, local: bool) -> None:
+        for callback in self.progress:
+            callback(task_id, data)
+
+    def on_dead_letter(self, record: Record) -> None:
+        for callback in self.dead:
+            callback(record)
+
+    async def close(self) -> None:
+        return None
+
+
+class Queue:
+    """An in-process queue over a storage directory (or any :class:`EventLog`)."""
+
+    def __init__(
+        self,
+        storage: str = ".snerdata",
+        *,
+        log: EventLog | None = None,
+        clock: Clock | None = None,
+        max_workers: int = 8,
+        pools: dict[str, int] | None = None,
+        fsync: bool = True,
+        daemon_id: str = "",
+    ) -> None:
+        self.storage = storage
+        self._handlers = HandlerExecutor()
+        self._callbacks = _Callbacks()
+        webhooks = WebhookExecutor()
+        config = EngineConfig(daemon_id=daemon_id, max_workers=max_workers, pools=pools or {})
+        self.engine = Engine(
+            log or FileLog(storage, fsync=fsync),
+            executors=[webhooks, self._handlers],
+            clock=clock,
+            config=config,
+            liveness=None if log is not None else Liveness(storage),
+            notifier=Notifier([self._callbacks, webhooks]),
+        )
+        self._started = False
+
+    # --- registration -----------------------------------------------------------------
+
+    def handler(self, task_type: str) -> Callable[[Handler], Handler]:
+        """Decorator: run tasks of ``task_type`` with this async function."""
+
+        def register(function: Handler) -> Handler:
+            self._handlers.handlers[task_type] = function
+            if self._started:
+                self.engine.wake()
+            return function
+
+        return register
+
+    def on_progress(self, callback: ProgressCallback) -> ProgressCallback:
+        """Decorator: called with (task_id, data) for every progress update seen."""
+        self._callbacks.progress.append(callback)
+        return callback
+
+    def on_dead_letter(self, callback: DeadLetterCallback) -> DeadLetterCallback:
+        """Decorator: called with the dead_lettered record this queue wrote."""
+        self._callbacks.dead.append(callback)
+        return callback
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self._started:
+            await self.engine.start()
+            self._started = True
+
+    async def close(self, *, timeout: float | None = None) -> None:
+        """Finish running attempts (up to ``timeout`` s), release the rest, close."""
+        if self._started:
+            await self.engine.drain(timeout)
+            self._started = False
+
+    async def __aenter__(self) -> Queue:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- commands -----------------------------------------------------------------------
+
+    async def enqueue(self, task_id: str, task_type: str, data: Any = None, **options: Any) -> str:
+        """Durably enqueue; returns ``task_id``, or the id of the live duplicate when
+        ``auto_dedupe`` dropped it. Options are the protocol's enqueue fields
+        (``max_retries``, ``retry_after_hours``, ``urgency_score``, ``execute_at``
+        (datetime or RFC 3339), ``cron``, ``trigger_after_ids``, ``rate_limit_group``,
+        ``max_per_minute``, ``auto_dedupe``, ``webhook_url``, ``max_execution_seconds``,
+        ``pool``). Raises :class:`~snerd.errors.ProtocolError` naming a bad field and
+        :class:`~snerd.errors.DispatchError` for a refused enqueue."""
+        message: dict[str, Any] = {"action": "enqueue", "task_id": task_id,
+                                   "task_type": task_type, "task_data": data}  # fmt: skip
+        for name, value in options.items():
+            message[name] = value.isoformat() if isinstance(value, dt.datetime) else value
+        command = parse_message(message)
+        assert isinstance(command, Enqueue)
+        outcome = await self.engine.enqueue(command)
+        if isinstance(outcome, cmds.Refusal):
+            raise DispatchError(outcome.message)
+        if isinstance(outcome, cmds.Deduplicated):
+            return outcome.duplicate_of
+        return task_id
+
+    async def cancel(self, task_id: str) -> None:
+        _raise(await self.engine.cancel(task_id))
+
+    async def requeue(self, key: str) -> None:
+        _raise(await self.engine.requeue(key))
+
+    async def purge(self, key: str) -> None:
+        _raise(await self.engine.purge(key))
+
+    def get(self, task_id: str) -> dict[str, Any] | None:
+        return task_view(self.engine.state, task_id, now=self.engine.clock.now())
+
+    def stats(self) -> dict[str, Any]:
+        return stats_view(self.engine)
+
+    async def join(self, *, timeout: float | None = None) -> None:
+        """Wait until no task that this queue can run is pending, running or due.
+
+        Tasks scheduled for later (or blocked on parents nobody here runs) do not
+        count; use ``timeout`` to bound the wait.
+        """
+
+        changed = self.engine.changed
+
+        async def idle() -> None:
+            while self._busy():
+                changed.clear()
+                await changed.wait()
+
+        await asyncio.wait_for(idle(), timeout)
+
+    def _busy(self) -> bool:
+        now = self.engine.clock.now()
+        for task in self.engine.state.tasks.values():
+            mine = task.type in self._handlers.handlers or bool(task.webhook_url)
+            due = task.not_before is None or task.not_before <= now
+            if mine and (task.phase in ("ready", "active") or (task.phase == "delayed" and due)):
+                return True
+        return bool(self.engine.runs)
+
+
+def progress(data: Any) -> asyncio.Task[None]:
+    """Report progress from inside a handler without holding the Job object."""
+    job: Job | None = current_job.get()
+    if job is None:
+        raise DispatchError("snerd.progress() must be called inside a task handler")
+    return asyncio.get_running_loop().create_task(job.progress(data))
+
+
+def _raise(refusal: cmds.Refusal | None) -> None:
+    if refusal is not None:
+        raise DispatchError(refusal.message)
