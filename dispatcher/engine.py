@@ -92,6 +92,8 @@ class Engine:
         self._idle.set()
         self._compacting = False
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
+        self.observers: list[Callable[[Sequence[Record], Delta], None]] = []
+        """Called after every fold with the records and the delta (dashboards, stats)."""
 
     # --- log listener (the only writer of self.state) --------------------------------
 
@@ -102,10 +104,17 @@ class Engine:
         self.state, delta = fold(self.state, records)
         self.changed.set()
         self._react(delta)
+        for observer in self.observers:
+            try:
+                observer(records, delta)
+            except Exception:
+                log.exception("observer failed")
 
     def on_reset(self) -> None:
         self.state = empty()
         self._wake.set()
+        for observer in self.observers:
+            observer((), Delta(reset=True))
 
     def on_skipped(self, skipped: SkippedLine) -> None:
         self.skipped.append(skipped)

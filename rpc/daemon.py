@@ -151,7 +151,7 @@ async def serve(
     )  # fmt: skip
     session.engine = engine
     await engine.start()
-    dashboard = await _maybe_dashboard(storage, env)
+    dashboard = await _maybe_dashboard(engine, env)
     reader = asyncio.StreamReader(limit=p.MAX_LINE_BYTES * 2)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin or sys.stdin)
     reading = loop.create_task(_read_lines(reader, session, engine, clock))
@@ -182,7 +182,7 @@ async def serve(
     return 0
 
 
-async def _maybe_dashboard(storage: str, env: Mapping[str, str]) -> Any:
+async def _maybe_dashboard(engine: Engine, env: Mapping[str, str]) -> Any:
     port = env.get("SNERD_DASHBOARD_PORT")
     if not port:
         return None
@@ -190,7 +190,9 @@ async def _maybe_dashboard(storage: str, env: Mapping[str, str]) -> Any:
         from snerd.dashboard.server import start_dashboard
 
         host = env.get("SNERD_DASHBOARD_HOST", "127.0.0.1")
-        return await start_dashboard(storage, host=host, port=int(port))
+        return await start_dashboard(
+            engine, host=host, port=int(port), token=env.get("SNERD_DASHBOARD_TOKEN") or None
+        )
     except Exception as exc:  # the queue runs on without a dashboard
         log.warning("dashboard not started: %s", exc)
         return None
