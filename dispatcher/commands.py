@@ -56,8 +56,9 @@ def full_state(event: str, task: Task, now: float, daemon: str, **fields: Any) -
 
 
 def fingerprint(task_type: str, task_data: str) -> str:
-    """xxHash of type and data: equal payloads of one type dedupe."""
-    return xxhash.xxh3_64_hexdigest(f"{task_type}\x00{task_data}".encode())
+    """xxHash64 of type + data, hex, exactly as SnerdMQ computes ``payloadHash``, so
+    dedupe holds across our daemons and SnerdMQ's on one log."""
+    return format(xxhash.xxh64_intdigest(f"{task_type}{task_data}".encode()), "x")
 
 
 # --- enqueue ---------------------------------------------------------------------------
@@ -137,7 +138,8 @@ def succeed(task: Task, *, now: float, daemon: str) -> list[Record]:
     """Completion: a tombstone, or for a cron task its next occurrence."""
     if task.cron:
         return [_next_occurrence(task, now, daemon)]
-    return [full_state(ev.SUCCEEDED, task, now, daemon)]
+    # SnerdMQ's readers count a tombstone that still carries an error as a failure.
+    return [full_state(ev.SUCCEEDED, replace(task, last_error=None), now, daemon)]
 
 
 def _next_occurrence(task: Task, now: float, daemon: str) -> Record:

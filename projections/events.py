@@ -74,13 +74,14 @@ F_URGENCY: Final = "urgencyScore"
 F_RATE_GROUP: Final = "rateLimitGroup"
 F_MAX_PER_MINUTE: Final = "maxPerMinute"
 F_AUTO_DEDUPE: Final = "autoDedupe"
-F_FINGERPRINT: Final = "fingerprint"
+F_FINGERPRINT: Final = "payloadHash"  # SnerdMQ's name: xxh64(type + data), hex
 F_CRON: Final = "cronExpression"
 F_WEBHOOK_URL: Final = "webhookUrl"
 F_MAX_EXECUTION_SECONDS: Final = "maxExecutionSeconds"
 F_POOL: Final = "pool"
 F_TRIGGER_AFTER_IDS: Final = "triggerAfterIds"
-F_LAST_ERROR: Final = "LastJobError"  # SnerdMQ's own spelling
+F_LAST_ERROR: Final = "LastJobError"  # SnerdMQ's spelling: {"error": str, "retry_worthy": bool}
+F_LAST_ERROR_TEXT: Final = "LastErrorObj"  # SnerdMQ's plain-text copy of the last error
 F_CREATED_AT: Final = "createdAt"
 
 TASK_FIELDS: Final = frozenset(

@@ -122,6 +122,23 @@ def _execute_at(record: Mapping[str, Any]) -> float | None:
     return _instant(raw, ev.F_EXECUTE_AT)
 
 
+def _retry_after_time(record: Mapping[str, Any]) -> float | None:
+    # SnerdMQ requires retryAfterTime and sets it to the creation time; so do we.
+    raw = record.get(ev.F_RETRY_AFTER_TIME)
+    if raw is not None and raw == record.get(ev.F_CREATED_AT):
+        return None
+    return _instant(raw, ev.F_RETRY_AFTER_TIME)
+
+
+def _last_error(record: Mapping[str, Any]) -> str | None:
+    value = record.get(ev.F_LAST_ERROR)
+    if isinstance(value, dict):
+        value = value.get("error")
+    if value is None:
+        value = record.get(ev.F_LAST_ERROR_TEXT)
+    return None if value is None else str(value)
+
+
 def _parents(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -165,7 +182,7 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
         retry_count=int(_number(get(ev.F_RETRY_COUNT), ev.F_RETRY_COUNT, 0)),
         urgency=_number(get(ev.F_URGENCY), ev.F_URGENCY, 0.0),
         execute_at=_execute_at(record),
-        retry_after_time=_instant(get(ev.F_RETRY_AFTER_TIME), ev.F_RETRY_AFTER_TIME),
+        retry_after_time=_retry_after_time(record),
         cron=_opt_str(get(ev.F_CRON)),
         webhook_url=_opt_str(get(ev.F_WEBHOOK_URL)),
         max_execution_seconds=_maybe_number(
@@ -177,7 +194,7 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
         auto_dedupe=bool(get(ev.F_AUTO_DEDUPE, False)),
         fingerprint=_opt_str(get(ev.F_FINGERPRINT)),
         parents=_parents(get(ev.F_TRIGGER_AFTER_IDS)),
-        last_error=_opt_str(get(ev.F_LAST_ERROR)),
+        last_error=_last_error(record),
         created_at=_instant(get(ev.F_CREATED_AT), ev.F_CREATED_AT),
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
@@ -191,7 +208,9 @@ def _put(record: dict[str, Any], key: str, value: Any) -> None:
 
 def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, Any]:
     """The task's full-state fields, SnerdMQ's core ones always present."""
-    executes = task.execute_at if task.execute_at is not None else task.created_at
+    created = task.created_at
+    executes = task.execute_at if task.execute_at is not None else created
+    retries = task.retry_after_time if task.retry_after_time is not None else created
     record: dict[str, Any] = dict(task.extra)
     record.update(
         {
@@ -201,7 +220,7 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
             ev.F_RETRY_COUNT: task.retry_count,
             ev.F_MAX_RETRIES: task.max_retries,
             ev.F_RETRY_AFTER_HOURS: task.retry_after_hours,
-            ev.F_RETRY_AFTER_TIME: _fmt(task.retry_after_time),
+            ev.F_RETRY_AFTER_TIME: _fmt(retries),
             ev.F_EXECUTE_AT: _fmt(executes),
             ev.F_DELETED_AT: _fmt(deleted_at),
             ev.F_URGENCY: task.urgency,
@@ -213,12 +232,21 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
     _put(record, ev.F_FINGERPRINT, task.fingerprint)
     _put(record, ev.F_CRON, task.cron)
     _put(record, ev.F_WEBHOOK_URL, task.webhook_url)
-    _put(record, ev.F_MAX_EXECUTION_SECONDS, task.max_execution_seconds)
+    _put(record, ev.F_MAX_EXECUTION_SECONDS, _whole(task.max_execution_seconds))
     _put(record, ev.F_POOL, task.pool)
     _put(record, ev.F_TRIGGER_AFTER_IDS, task.parents)
-    _put(record, ev.F_LAST_ERROR, task.last_error)
+    if task.last_error is not None:
+        record[ev.F_LAST_ERROR] = {"error": task.last_error, "retry_worthy": True}
+        record[ev.F_LAST_ERROR_TEXT] = task.last_error
     _put(record, ev.F_CREATED_AT, _fmt(task.created_at))
     return record
+
+
+def _whole(number: float | None) -> float | int | None:
+    """SnerdMQ reads maxExecutionSeconds as an integer: write whole numbers as such."""
+    if number is not None and float(number).is_integer():
+        return int(number)
+    return number
 
 
 def _fmt(instant: float | None) -> str | None:
