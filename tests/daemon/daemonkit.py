@@ -1,0 +1,256 @@
+"""Helpers for driving the real daemon over stdio: a line-level ``Wire`` and log reading.
+
+``Wire`` wraps a :class:`snerd.rpc.client.Client` and keeps every message the daemon
+writes in an inbox; ``expect`` takes the first matching message out of it (waiting
+with a timeout), ``barrier`` waits until every command sent before it has been
+applied, and ``advance`` moves the daemon's test clock (``SNERD_TEST_CLOCK``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from snerd.rpc.client import Client, RemoteDispatchError
+
+T0 = 1_700_000_000.0
+"""Where the daemons' test clock starts (2023-11-14T22:13:20Z)."""
+WAIT = 10.0
+"""Default seconds to wait for an expected message before failing."""
+DAEMON_CODE = "import sys; from snerd.rpc.daemon import main; sys.exit(main())"
+ROOT = Path(__file__).resolve().parents[2]
+
+BARRIER = "__barrier__"
+Message = dict[str, Any]
+
+
+def iso(epoch: float) -> str:
+    """An RFC 3339 UTC instant with milliseconds (the log's format)."""
+    from snerd.projections.schedule import format_instant
+
+    return format_instant(epoch)
+
+
+def read_log(storage: Path) -> list[Message]:
+    """Every parseable record of ``storage``'s tasks.log, in order."""
+    path = storage / "tasks" / "tasks.log"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_bytes().splitlines():
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def events_of(storage: Path, task_id: str, event: str | None = None) -> list[Message]:
+    """The log records about ``task_id`` (optionally of one event type)."""
+    return [
+        r for r in read_log(storage)
+        if r.get("taskId") == task_id and (event is None or r.get("event") == event)
+    ]  # fmt: skip
+
+
+def shim(tmp: Path) -> Path:
+    """An executable ``snerdmq`` script that runs this checkout's daemon."""
+    path = tmp / "snerdmq"
+    path.write_text(
+        f"#!/bin/sh\nPYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}} "
+        f'exec {sys.executable} -c "{DAEMON_CODE}" "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def _matches(message: Message, action: str | None, fields: dict[str, Any]) -> bool:
+    if action is not None and message.get("action") != action:
+        return False
+    return all(message.get(k) == v for k, v in fields.items())
+
+
+class Wire:
+    """A daemon under test, spoken to line by line."""
+
+    def __init__(self, client: Client, storage: Path, *, clock: bool) -> None:
+        self.client = client
+        self.storage = storage
+        self.clock = clock
+        self.now = T0
+        self.inbox: list[Message] = []
+        self.seen: list[Message] = []
+        self._queue = client.subscribe()
+        self._ids = itertools.count(1)
+        self.killed = False
+
+    # --- sending --------------------------------------------------------------------
+
+    async def send(self, message: Message) -> None:
+        await self.client.send(message)
+
+    async def raw(self, line: bytes) -> None:
+        await self.client.send_line(line)
+
+    async def register(self, *task_types: str) -> None:
+        for task_type in task_types:
+            await self.send({"action": "register", "task_type": task_type})
+
+    async def enqueue(self, task_id: str, task_type: str = "t", **fields: Any) -> Message:
+        """Enqueue and return the reply (``ack`` or ``error``), matched by request id."""
+        rid = f"e{next(self._ids)}"
+        msg = {"action": "enqueue", "task_id": task_id, "task_type": task_type, **fields}
+        await self.send({**msg, "request_id": rid})
+        return await self.expect(None, request_id=rid)
+
+    async def ack(self, task_id: str, task_type: str = "t", **fields: Any) -> Message:
+        """Enqueue and insist on an ``ack``."""
+        reply = await self.enqueue(task_id, task_type, **fields)
+        assert reply["action"] == "ack", reply
+        return reply
+
+    async def result(self, task_id: str, ok: bool = True, error: str | None = None,
+                     **extra: Any) -> None:  # fmt: skip
+        msg: Message = {"action": "result", "task_id": task_id,
+                        "status": "success" if ok else "error", **extra}  # fmt: skip
+        if error is not None:
+            msg["error_msg"] = error
+        await self.send(msg)
+
+    async def request(self, action: str, **fields: Any) -> Message:
+        """Send with a request id and return the reply."""
+        rid = f"r{next(self._ids)}"
+        await self.send({"action": action, **fields, "request_id": rid})
+        return await self.expect(None, request_id=rid)
+
+    async def get(self, task_id: str) -> Message:
+        reply = await self.request("get", task_id=task_id)
+        assert reply["action"] == "task", reply
+        return dict(reply["task"])
+
+    async def stats(self) -> Message:
+        await self.barrier()
+        reply = await self.request("stats")
+        return dict(reply["stats"])
+
+    async def barrier(self) -> None:
+        """Return once every command sent before it went through the log's writer.
+
+        A ``cancel`` of an unknown id is a log transaction with nothing to write;
+        transactions run in order, so its reply comes after theirs.
+        """
+        try:
+            await asyncio.wait_for(self.client.cancel(BARRIER), WAIT)
+        except RemoteDispatchError as exc:
+            assert exc.code == "unknown_task"
+        await asyncio.sleep(0)
+
+    async def advance(self, seconds: float) -> None:
+        """Move the daemon's clock after every earlier command has been applied."""
+        assert self.clock, "this daemon runs on the real clock"
+        await self.barrier()
+        self.now += seconds
+        await self.send({"action": "_clock", "advance": seconds})
+        await self.barrier()
+        await self.barrier()
+
+    # --- receiving ------------------------------------------------------------------
+
+    def _keep(self, message: Message) -> None:
+        self.seen.append(message)
+        if message.get("task_id") != BARRIER:
+            self.inbox.append(message)
+
+    def _pump(self) -> None:
+        while not self._queue.empty():
+            message = self._queue.get_nowait()
+            if message is not None:
+                self._keep(message)
+
+    async def expect(self, action: str | None, timeout: float = WAIT, **fields: Any) -> Message:
+        """Take the first message matching ``action`` and ``fields`` out of the inbox."""
+
+        async def find() -> Message:
+            while True:
+                self._pump()
+                for i, message in enumerate(self.inbox):
+                    if _matches(message, action, fields):
+                        return self.inbox.pop(i)
+                message = await self._queue.get()
+                if message is None:
+                    raise AssertionError(f"daemon exited; no {action} {fields}")
+                self._keep(message)
+
+        try:
+            return await asyncio.wait_for(find(), timeout)
+        except TimeoutError:
+            raise AssertionError(
+                f"no {action} {fields} within {timeout}s; inbox: {self.inbox[-10:]}; "
+                f"stderr: {list(self.client.stderr_tail)[-5:]}"
+            ) from None
+
+    async def expect_n(self, action: str, n: int, timeout: float = WAIT,
+                       **fields: Any) -> list[Message]:  # fmt: skip
+        return [await self.expect(action, timeout, **fields) for _ in range(n)]
+
+    def taken(self, action: str | None = None, **fields: Any) -> list[Message]:
+        """Matching messages still in the inbox (without taking them)."""
+        self._pump()
+        return [m for m in self.inbox if _matches(m, action, fields)]
+
+    async def quiet(self, action: str = "execute", **fields: Any) -> None:
+        """Assert that no matching message arrived (after a barrier)."""
+        await self.barrier()
+        await self.barrier()
+        assert not self.taken(action, **fields), self.taken(action, **fields)
+
+    def drop(self, predicate: Callable[[Message], bool] | None = None) -> None:
+        """Forget inbox messages (all, or those matching ``predicate``)."""
+        self._pump()
+        self.inbox = [m for m in self.inbox if predicate is not None and not predicate(m)]
+
+    # --- process ----------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self.client.pid
+
+    async def kill(self) -> None:
+        self.killed = True
+        await self.client.kill()
+
+    def stdout_lines(self) -> list[bytes]:
+        assert self.client.transcript is not None
+        return self.client.transcript
+
+
+def check_stdout(lines: Iterable[bytes]) -> None:
+    """Every stdout line is one JSON object with a string ``action``."""
+    for line in lines:
+        assert line.endswith(b"\n"), line[:200]
+        message = orjson.loads(line)
+        assert isinstance(message, dict), line[:200]
+        assert isinstance(message.get("action"), str), line[:200]
+
+
+def base_env(*, clock: bool, workers: int | None = None, **extra: str) -> dict[str, str]:
+    env = {"SNERD_LOG_LEVEL": "warning", "SNERD_DRAIN_TIMEOUT": "5"}
+    if clock:
+        env["SNERD_TEST_CLOCK"] = str(T0)
+    if workers is not None:
+        env["SNERD_MAX_WORKERS"] = str(workers)
+    env.update(extra)
+    return env
+
+
+def environ_without_snerd() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
