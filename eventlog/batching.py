@@ -185,7 +185,7 @@ class BatchingLog(EventLog):
                     req.future.set_exception(exc)
                     continue
                 if lines:
-                    self._deliver(stamped)
+                    self._deliver_own(stamped)
                     self._stage(lines)
                     durable = durable or req.durable
                     staged = True
@@ -209,6 +209,17 @@ class BatchingLog(EventLog):
             rec["seq"] = seq
             stamped.append(rec)
         return stamped, encode_all(stamped)
+
+    def _deliver_own(self, stamped: list[Record]) -> None:
+        """:meth:`_deliver` for freshly stamped records (their seqs are the new maximum)."""
+        self._last_seq = stamped[-1]["seq"]
+        self._records += len(stamped)
+        assert self._listener is not None
+        try:
+            self._listener.on_records(stamped)
+        except Exception as exc:
+            self._fail(exc)
+            raise LogError(f"listener failed in on_records: {exc!r}") from exc
 
     async def _wait_writer(self) -> None:
         """Wait until every transaction queued so far has finished."""

@@ -23,12 +23,13 @@ REASON_TORN = "torn"
 
 _loads = orjson.loads
 _dumps = orjson.dumps
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
 
 
 def encode(record: Record) -> bytes:
     """One record as one ``\\n``-terminated line; raises LogError if not serializable."""
     try:
-        return _dumps(record) + NL
+        return _dumps(record, option=_NEWLINE)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         raise LogError(f"record is not JSON-serializable: {exc}") from exc
 

@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 CHUNK_SIZE = 4 << 20
 """Bytes read per ``pread`` during replay and catch-up."""
+
+_FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="snerd-fsync")
+"""fsync runs here, off the event loop (a dedicated pool costs less than to_thread)."""
 
 _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -77,7 +81,6 @@ class FileLog(BatchingLog):
         self._read_pos = 0  # file offset up to which bytes were read
         self._pending = b""  # bytes read after the last newline
         self._staged: list[bytes] = []
-        self._staged_size = 0
         self._generation = 0  # bumped whenever this instance switches files
         self._mutex = asyncio.Lock()  # reading state and the write path, in-process
         self._compact_lock = asyncio.Lock()
@@ -108,7 +111,10 @@ class FileLog(BatchingLog):
             await self._read_new()
         if self._follow_on:
             self._watcher = watch(
-                self.layout.tasks_dir, self.path.name, poll_interval=self._poll_interval
+                self.layout.tasks_dir,
+                self.path.name,
+                poll_interval=self._poll_interval,
+                worth_waking=self._maybe_changed,
             )
             self._follower = asyncio.get_running_loop().create_task(self._follow())
 
@@ -193,13 +199,17 @@ class FileLog(BatchingLog):
             self._fail(exc)
             raise LogError(f"cannot read log {self.path}: {exc}") from exc
 
-    async def catch_up(self) -> int:
-        self._check_usable()
+    def _maybe_changed(self) -> bool:
+        """Cheap check (no lock, no read): could there be something to catch up on?"""
         try:
             st = os.stat(self.path)
-            if st.st_ino == self._ino and st.st_size == self._read_pos:
-                return 0  # fast path: nothing new, no lock needed
         except FileNotFoundError:
+            return False
+        return st.st_ino != self._ino or st.st_size != self._read_pos
+
+    async def catch_up(self) -> int:
+        self._check_usable()
+        if not self._maybe_changed():
             return 0
         async with self._mutex:
             self._check_usable()
@@ -246,16 +256,15 @@ class FileLog(BatchingLog):
 
     def _stage(self, lines: list[bytes]) -> None:
         self._staged.extend(lines)
-        self._staged_size += sum(map(len, lines))
 
     async def _flush(self, durable: bool) -> None:
         data = b"".join(self._staged)
         self._staged.clear()
-        self._staged_size = 0
         compaction.write_all(self._fd, data)
         self._read_pos += len(data)
         if durable and self._fsync_on:
-            await asyncio.to_thread(_fsync, self._fd)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(_FSYNC_POOL, _fsync, self._fd)
 
     # ------------------------------------------------------------ compaction
 
@@ -269,7 +278,7 @@ class FileLog(BatchingLog):
         """
         self._check_usable()
         point = _Point(
-            self._read_pos - len(self._pending) + self._staged_size,
+            self._read_pos - len(self._pending) + sum(map(len, self._staged)),
             self._last_seq,
             self._generation,
             self._records,

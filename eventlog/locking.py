@@ -1,5 +1,7 @@
 """Cross-process exclusive locks on a file descriptor (flock through portalocker).
 
+On POSIX the hot path calls ``fcntl.flock`` directly (what portalocker does, minus
+its per-call overhead); portalocker covers the blocking wait and other platforms.
 A flock belongs to an open file description: two descriptors opened separately
 conflict even inside one process, which is what lets several log instances in one
 process (and the tests) behave like several processes. The event loop never blocks:
@@ -13,13 +15,24 @@ import contextlib
 
 import portalocker
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: portalocker's own locker
+    fcntl = None  # type: ignore[assignment]
+
 _EX_NB = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
 _EX = portalocker.LockFlags.EXCLUSIVE
 
 
 def try_lock(fd: int) -> bool:
     """Take the exclusive lock on ``fd`` if nobody holds it; never blocks."""
-    try:
+    if fcntl is not None:  # the hot path: flock directly, as portalocker would
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    try:  # pragma: no cover
         portalocker.lock(fd, _EX_NB)
     except portalocker.AlreadyLocked:
         return False
@@ -33,7 +46,11 @@ def lock_blocking(fd: int) -> None:
 
 def unlock(fd: int) -> None:
     """Release the lock on ``fd`` (a no-op if ``fd`` was closed meanwhile)."""
-    with contextlib.suppress(OSError, portalocker.LockException):
+    if fcntl is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return
+    with contextlib.suppress(OSError, portalocker.LockException):  # pragma: no cover
         portalocker.unlock(fd)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,11 +53,23 @@ class PollWatcher:
 
 
 class InotifyWatcher:
-    """Wakes when the kernel reports a change to ``name`` inside ``directory``."""
+    """Wakes when the kernel reports a change to ``name`` inside ``directory``.
 
-    def __init__(self, directory: Path, name: str, *, safety_interval: float) -> None:
+    ``worth_waking`` (optional) is asked when an event arrives; returning False
+    drops it (e.g. the change is the follower's own append, already accounted for).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        *,
+        safety_interval: float,
+        worth_waking: Callable[[], bool] | None = None,
+    ) -> None:
         assert inotify_simple is not None
         self._name = name
+        self._worth_waking = worth_waking
         self._safety = safety_interval
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
@@ -71,12 +84,18 @@ class InotifyWatcher:
             events = self._inotify.read(timeout=0)
         except OSError:  # the descriptor went away under us: fall back to waking
             events = None
-        if events is None or any(e.name == self._name for e in events):
-            self._event.set()
+        if events is not None and not any(e.name == self._name for e in events):
+            return
+        if events is not None and self._worth_waking is not None and not self._worth_waking():
+            return
+        self._event.set()
 
     async def wait(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), self._safety)
+        timer = self._loop.call_later(self._safety, self._event.set)
+        try:
+            await self._event.wait()
+        finally:
+            timer.cancel()
         self._event.clear()
 
     def close(self) -> None:
@@ -90,12 +109,19 @@ class InotifyWatcher:
 
 
 def watch(
-    directory: Path, name: str, *, poll_interval: float, safety_interval: float = SAFETY_INTERVAL
+    directory: Path,
+    name: str,
+    *,
+    poll_interval: float,
+    safety_interval: float = SAFETY_INTERVAL,
+    worth_waking: Callable[[], bool] | None = None,
 ) -> Watcher:
     """An inotify watcher if possible, else a poller (must run inside the event loop)."""
     if INOTIFY_AVAILABLE:
         try:
-            return InotifyWatcher(directory, name, safety_interval=safety_interval)
+            return InotifyWatcher(
+                directory, name, safety_interval=safety_interval, worth_waking=worth_waking
+            )
         except (OSError, NotImplementedError, RuntimeError):
             pass
     return PollWatcher(poll_interval)

@@ -1,0 +1,340 @@
+"""Event-log benchmarks, printed as ratios against baselines run in the same process tree.
+
+    python -m benchmarks.bench_log [--appends N] [--records N] [--fold] [--dir DIR]
+
+(a) raw baseline: one ``os.write`` + ``os.fsync`` per appended line;
+(b) FileLog group commit: 32 coroutines appending concurrently, fsync on; ratio to (a);
+(c) replay of a generated 1,000,000-record log through ``FileLog.open`` with a
+    counting listener (or, with ``--fold``, the projections' bulk fold), in a child
+    process so its peak RSS is its own; ratios to a naive ``json.loads`` line loop
+    and to reading the raw bytes.
+
+Timings use a temp dir on the same filesystem as the repo (not tmpfs), so the fsync
+figures are real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+
+from snerd.eventlog.base import Record, SkippedLine
+from snerd.eventlog.filelog import FileLog
+
+REPO = Path(__file__).resolve().parents[1]
+CONCURRENCY = 32
+
+
+# ------------------------------------------------------------------ (a) raw
+
+
+def bench_raw(storage: Path, n: int) -> float:
+    """Appends/s of write + fsync per line (the baseline every durable log pays)."""
+    path = storage / "raw.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            os.write(fd, orjson.dumps(_enqueued(i, i, 0)) + b"\n")
+            os.fsync(fd)
+        return n / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------ (b) group commit
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.records = 0
+        self.skipped = 0
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        self.records += len(records)
+
+    def on_reset(self) -> None:
+        self.records = 0
+
+    def on_skipped(self, skipped: SkippedLine) -> None:
+        self.skipped += 1
+
+
+async def _group_commit(storage: Path, n: int) -> tuple[float, int]:
+    log = FileLog(storage, fsync=True, follow=True)
+    await log.open(_Count())
+    per = n // CONCURRENCY
+
+    async def appender(worker: int) -> None:
+        for i in range(per):
+            await log.append([_enqueued(worker * per + i, 0, 0)])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(appender(w) for w in range(CONCURRENCY)))
+    rate = per * CONCURRENCY / (time.perf_counter() - t0)
+    commits = log.commits
+    await log.close()
+    return rate, commits
+
+
+def bench_group_commit(storage: Path, n: int) -> tuple[float, int]:
+    """(appends/s, commits) of FileLog under CONCURRENCY concurrent appenders."""
+    return asyncio.run(_group_commit(storage, n))
+
+
+# ------------------------------------------------------------------ (c) replay
+
+
+def _enqueued(i: int, seq: int, ts: int) -> Record:
+    return {
+        "event": "enqueued",
+        "seq": seq,
+        "ts": ts,
+        "taskId": f"task-{i:08d}",
+        "taskType": ("send_email", "resize_image", "sync_crm")[i % 3],
+        "taskData": json.dumps({"user": i % 9973, "template": "welcome", "n": i}),
+        "retryCount": 0,
+        "maxRetries": 3,
+        "retryAfterHours": 0.05,
+        "urgencyScore": i % 5,
+        "createdAt": ts,
+        "daemon": "d-bench-1",
+    }
+
+
+def generate_log(storage: Path, records: int, live: int = 3000) -> int:
+    """Write a realistic log: each task enqueued, claimed, then succeeded, as a
+    sliding window that leaves about ``live`` tasks unfinished. Returns the size."""
+    path = storage / "tasks" / "tasks.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lag = live // 2
+    seq, ts, buf = 0, 1_760_000_000_000, []
+    dumps = orjson.dumps
+    with open(path, "wb") as f:
+        i = 0
+        while seq < records:
+            for rec in _step(i, lag, ts):
+                seq += 1
+                rec["seq"] = seq
+                buf.append(dumps(rec))
+            i += 1
+            ts += 3
+            if len(buf) >= 10_000:
+                f.write(b"\n".join(buf) + b"\n")
+                buf.clear()
+        f.write(b"\n".join(buf) + b"\n" if buf else b"")
+    return path.stat().st_size
+
+
+def _step(i: int, lag: int, ts: int) -> list[Record]:
+    out = [_enqueued(i, 0, ts)]
+    if i >= lag:
+        tid = f"task-{i - lag:08d}"
+        out.append(
+            {
+                "event": "claimed",
+                "ts": ts,
+                "taskId": tid,
+                "daemon": "d-bench-1",
+                "attempt": 1,
+                "leaseUntil": ts + 300_000,
+            }
+        )
+    if i >= 2 * lag:
+        tid = f"task-{i - 2 * lag:08d}"
+        out.append(
+            {"event": "succeeded", "ts": ts, "taskId": tid, "daemon": "d-bench-1", "attempt": 1}
+        )
+    return out
+
+
+def _fold_listener() -> tuple[Any, Callable[[], str]] | None:
+    """A listener feeding the projections' bulk fold, if that module exists yet."""
+    try:
+        from snerd.projections import replay
+    except ImportError:
+        return None
+    folder_cls = getattr(replay, "BulkFolder", None)
+    if folder_cls is None:
+        return None
+    folder = folder_cls()
+
+    class Fold(_Count):
+        def on_records(self, records: Sequence[Record]) -> None:
+            super().on_records(records)
+            folder.feed(records)
+
+    def finish() -> str:
+        state = folder.finish()
+        return f"fold -> {type(state).__name__}, {len(folder.live)} live tasks"
+
+    return Fold(), finish
+
+
+async def _replay(storage: Path, fold: bool) -> dict[str, Any]:
+    hooked = _fold_listener() if fold else None
+    listener: Any = hooked[0] if hooked else _Count()
+    log = FileLog(storage, fsync=False, follow=False)
+    t0 = time.perf_counter()
+    await log.open(listener)
+    note = hooked[1]() if hooked else ("fold unavailable" if fold else "count only")
+    elapsed = time.perf_counter() - t0
+    await log.close()
+    return {"seconds": elapsed, "records": listener.records, "note": note, "rss_mb": _peak_rss_mb()}
+
+
+def _naive_replay(path: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    n = 0
+    with open(path, "rb") as f:
+        for line in f:
+            json.loads(line)
+            n += 1
+    return {"seconds": time.perf_counter() - t0, "records": n, "rss_mb": _peak_rss_mb()}
+
+
+def _raw_read(path: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    size = 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(4 << 20):
+            size += len(chunk)
+    return {"seconds": time.perf_counter() - t0, "bytes": size, "rss_mb": _peak_rss_mb()}
+
+
+def _peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
+
+
+def _child(kind: str, storage: Path, fold: bool) -> dict[str, Any]:
+    """Run one replay variant in a fresh interpreter; its peak RSS is its own."""
+    argv = [sys.executable, "-m", "benchmarks.bench_log", "--child", kind, str(storage)]
+    if fold:
+        argv.append("--fold")
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    out = subprocess.run(argv, env=env, cwd=REPO, check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def run_child(kind: str, storage: Path, fold: bool) -> None:
+    log_path = storage / "tasks" / "tasks.log"
+    if kind == "filelog":
+        result = asyncio.run(_replay(storage, fold))
+    elif kind == "naive":
+        result = _naive_replay(log_path)
+    elif kind == "raw":
+        result = _raw_read(log_path)
+    else:
+        result = {"rss_mb": _peak_rss_mb()}  # "idle": the interpreter + imports
+    print(json.dumps(result))
+
+
+# -------------------------------------------------------------------- report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parse(argv)
+    if args.child:
+        run_child(args.child, Path(args.child_storage), args.fold)
+        return
+    base = Path(args.dir) if args.dir else REPO.parent / "tmp"
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-log-", dir=base))
+    try:
+        _report(work, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _report(work: Path, args: argparse.Namespace) -> None:
+    print(f"event-log benchmarks (dir {work}, python {sys.version.split()[0]})")
+    raws, rates, per_commit = [], [], []
+    for i in range(args.rounds):  # interleaved, so both see the same disk weather
+        raws.append(bench_raw(work, args.raw_appends))
+        (work / f"gc{i}").mkdir()
+        rate, commits = bench_group_commit(work / f"gc{i}", args.appends)
+        rates.append(rate)
+        per_commit.append(args.appends / commits)
+    raw, rate = statistics.median(raws), statistics.median(rates)
+    print(
+        f"(a) raw write+fsync per line    : {raw:10,.0f} appends/s  (1.00x)  "
+        f"[median of {args.rounds}: {_span(raws)}]"
+    )
+    print(
+        f"(b) FileLog, {CONCURRENCY} appenders, fsync : {rate:10,.0f} appends/s  "
+        f"({rate / raw:.1f}x raw; {statistics.median(per_commit):.1f} appends per fsync)  "
+        f"[{_span(rates)}]"
+    )
+    (work / "replay").mkdir()
+    t0 = time.perf_counter()
+    size = generate_log(work / "replay", args.records)
+    print(
+        f"(c) generated {args.records:,} records, {size / 1e6:.0f} MB "
+        f"in {time.perf_counter() - t0:.1f}s"
+    )
+    idle = _child("idle", work / "replay", False)
+    raw_read = _child("raw", work / "replay", False)
+    naive = _child("naive", work / "replay", False)
+    ours = _child("filelog", work / "replay", args.fold)
+    rps = ours["records"] / ours["seconds"]
+    print(
+        f"    FileLog.open replay          : {rps:10,.0f} records/s  "
+        f"{ours['seconds']:.2f}s  [{ours['note']}]"
+    )
+    print(
+        f"    vs naive json.loads loop     : {naive['seconds'] / ours['seconds']:.2f}x faster "
+        f"({naive['seconds']:.2f}s)"
+    )
+    print(
+        f"    vs raw read of the bytes     : {ours['seconds'] / raw_read['seconds']:.1f}x "
+        f"slower ({size / raw_read['seconds'] / 1e9:.2f} GB/s)"
+    )
+    print(
+        f"    peak RSS                     : {ours['rss_mb']:.0f} MB "
+        f"(idle interpreter {idle['rss_mb']:.0f} MB, naive loop {naive['rss_mb']:.0f} MB, "
+        f"log file {size / 1e6:.0f} MB)"
+    )
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):,.0f}..{max(values):,.0f}"
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--raw-appends", type=int, default=3000)
+    p.add_argument("--appends", type=int, default=32_000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument(
+        "--fold",
+        action="store_true",
+        help="replay through snerd.projections.replay's bulk fold if present",
+    )
+    p.add_argument("--dir", help="parent of the temp dir (default: <repo>/../tmp)")
+    p.add_argument("--child", choices=["filelog", "naive", "raw", "idle"], help=argparse.SUPPRESS)
+    p.add_argument("child_storage", nargs="?", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()
