@@ -329,9 +329,10 @@ class Engine:
     def _capacity(self) -> int:
         return self.config.max_workers - len(self.runs)
 
-    def _eligible(self, task: Task) -> bool:
+    def _eligible(self, task: Task, planned: Sequence[Task] = ()) -> bool:
         if task.pool and task.pool in self.config.pools:
             busy = sum(1 for r in self.runs.values() if r.task.pool == task.pool)
+            busy += sum(1 for t in planned if t.pool == task.pool)
             if busy >= self.config.pools[task.pool]:
                 return False
         return self._executor_for(task) is not None
@@ -344,19 +345,18 @@ class Engine:
 
     def _claim_batch(self) -> tuple[list[Record], list[Run]]:
         """Under the lock: claim as many runnable tasks as capacity allows."""
-        state = self.state
         now = self.clock.now()
+        self.state, _ = advance(self.state, now)
+        tasks: list[Task] = []
+        queries.pick_many(
+            self.state, now, lambda t: self._eligible(t, tasks), max(0, self._capacity()), tasks
+        )
         records: list[Record] = []
         runs: list[Run] = []
-        state, _ = advance(state, now)
-        for _ in range(max(0, self._capacity())):
-            task = queries.pick(state, now, self._eligible).task
-            if task is None:
-                break
+        for task in tasks:
             record = cmds.claim(task, now=now, daemon=self.daemon, lease_seconds=self._lease(task))
-            state, _ = fold(state, [record])
             records.append(record)
-            runs.append(Run(task=state.tasks[task.id], attempt=record[ev.F_ATTEMPT], started=now))
+            runs.append(Run(task=task, attempt=record[ev.F_ATTEMPT], started=now))
         return records, runs
 
     def _lease(self, task: Task) -> float:
@@ -391,7 +391,7 @@ class Engine:
                 attempt=run.attempt,
                 error=f"timed out after {limit:g} seconds",
                 reason=ev.REASON_TIMEOUT,
-            )  # fmt: skip
+            )
         )
 
     def _arm(self, when: float | None) -> None:

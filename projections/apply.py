@@ -140,6 +140,9 @@ class Folder:
             return
         task = task_from_record(record, order=self.n)
         if event == ev.DEAD_LETTERED:
+            attempt = record.get(ev.F_ATTEMPT)  # a snapshot's DLQ line carries the count
+            if isinstance(attempt, int) and not isinstance(attempt, bool):
+                task = replace(task, attempt=attempt)
             key = record.get(ev.F_DLQ_KEY) or task.id
             reason = record.get(ev.F_REASON) or ev.REASON_MAX_RETRIES
             self._dead_letter(task, str(key), str(reason), record_time(record))

@@ -106,6 +106,7 @@ TASK_FIELDS: Final = frozenset(
         F_POOL,
         F_TRIGGER_AFTER_IDS,
         F_LAST_ERROR,
+        F_LAST_ERROR_TEXT,
         F_CREATED_AT,
     }
 )

@@ -56,6 +56,59 @@ def pick(state: QueueState, now: float, eligible: Callable[[Task], bool]) -> Pic
     return Pick(best, min(wake) if wake else None)
 
 
+def pick_many(
+    state: QueueState, now: float, eligible: Callable[[Task], bool], limit: int,
+    out: list[Task] | None = None,
+) -> list[Task]:  # fmt: skip
+    """Up to ``limit`` tasks in dispatch order, as successive :func:`pick` calls would
+    return them if each pick were claimed (rate windows filling as they go).
+
+    Picks are appended to ``out`` as they are made, so ``eligible`` may look at it
+    (e.g. to count a pool's capacity used by this batch)."""
+    lanes = {lane: state.lanes[lane] for lane in state.lanes}
+    taken: dict[str, int] = {}  # rate group -> slots used by this batch
+    out = [] if out is None else out
+    while len(out) < limit:
+        best: tuple[tuple[float, int], tuple[str, str, str], Task] | None = None
+        for lane, node in list(lanes.items()):
+            task = _valid_top(state, node)
+            if task is None:
+                del lanes[lane]
+                continue
+            if not eligible(task) or not _has_slot(state, task, now, taken):
+                continue
+            rank = (-task.urgency, task.order)
+            if best is None or rank < best[0]:
+                best = (rank, lane, task)
+        if best is None:
+            return out
+        _, lane, task = best
+        lanes[lane] = heap.pop(lanes[lane])
+        if task.rate_group:
+            taken[task.rate_group] = taken.get(task.rate_group, 0) + 1
+        out.append(task)
+    return out
+
+
+def _valid_top(state: QueueState, node: heap.Heap) -> Task | None:
+    while node is not None:
+        _, order, task_id = heap.top(node)
+        task = state.tasks.get(task_id)
+        if task is not None and task.phase == READY and task.order == order:
+            return task
+        node = heap.pop(node)
+    return None
+
+
+def _has_slot(state: QueueState, task: Task, now: float, taken: dict[str, int]) -> bool:
+    if not (task.rate_group and task.max_per_minute):
+        return True
+    used = taken.get(task.rate_group, 0)
+    if used >= task.max_per_minute:
+        return False
+    return slot_free_at(state, task.rate_group, task.max_per_minute - used, now) is None
+
+
 def expired_leases(state: QueueState, now: float) -> list[Task]:
     """Running tasks whose lease ran out before ``now``."""
     return [

@@ -105,7 +105,7 @@ class BulkFolder:
         elif event == ev.PROGRESSED:
             self._progressed(record)
         elif event == ev.DEAD_LETTERED:
-            task = task_from_record(record, order=self.n)
+            task = replace(task_from_record(record, order=self.n), attempt=_attempt(record))
             key = str(record.get(ev.F_DLQ_KEY) or task.id)
             reason = str(record.get(ev.F_REASON) or ev.REASON_MAX_RETRIES)
             self._dead_letter(task, key, reason, record_time(record))

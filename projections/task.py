@@ -27,6 +27,7 @@ ACTIVE: Final = "active"  # claimed by a daemon
 
 _EMPTY: Final[Mapping[str, Any]] = pmap()
 _parse_cached = functools.lru_cache(maxsize=4096)(parse_instant)
+_format_cached = functools.lru_cache(maxsize=4096)(format_instant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,4 +251,4 @@ def _whole(number: float | None) -> float | int | None:
 
 
 def _fmt(instant: float | None) -> str | None:
-    return None if instant is None else format_instant(instant)
+    return None if instant is None else _format_cached(instant)

@@ -20,15 +20,15 @@ from snerd.dispatcher.clock import Clock, ManualClock, SystemClock
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Outcomes, Run
 from snerd.dispatcher.settings import engine_config
+from snerd.errors import ProtocolError
 from snerd.eventlog.base import Record
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.liveness import Liveness
 from snerd.projections import events as ev
 from snerd.projections.task import Task
-from snerd.errors import ProtocolError
 from snerd.rpc import protocol as p
-from snerd.rpc.output import Output
 from snerd.rpc.handlers import answer
+from snerd.rpc.output import Output
 
 log = logging.getLogger("snerd.daemon")
 
@@ -76,7 +76,7 @@ class Session:
                 reason=str(record.get("reason")),
                 last_error=record.get("LastJobError"),
                 retry_count=int(record.get("retryCount") or 0),
-            )  # fmt: skip
+            )
         )
 
     async def close(self) -> None:
