@@ -68,16 +68,15 @@ class Session:
             self.out.write(p.progress(task_id, data, task_type=task_type))
 
     def on_dead_letter(self, record: Record) -> None:
-        self.out.write(
-            p.max_retries_reached(
-                str(record.get("taskId")),
-                str(record.get("taskType")),
-                str(record.get("taskData")),
-                reason=str(record.get("reason")),
-                last_error=record.get("LastJobError"),
-                retry_count=int(record.get("retryCount") or 0),
-            )
+        line = p.max_retries_reached(
+            str(record.get(ev.F_TASK_ID)),
+            str(record.get(ev.F_TASK_TYPE)),
+            str(record.get(ev.F_TASK_DATA)),
+            reason=str(record.get(ev.F_REASON)),
+            last_error=record.get(ev.F_LAST_ERROR_TEXT),
+            retry_count=int(record.get(ev.F_RETRY_COUNT) or 0),
         )
+        self.out.write(line)
 
     async def close(self) -> None:
         await self.out.drain()
