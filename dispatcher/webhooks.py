@@ -93,7 +93,7 @@ class WebhookExecutor:
         body = {
             "task_id": record.get(ev.F_TASK_ID), "task_type": record.get(ev.F_TASK_TYPE),
             "task_data": _decode(str(record.get(ev.F_TASK_DATA))),
-            "reason": record.get(ev.F_REASON), "last_error": record.get(ev.F_LAST_ERROR),
+            "reason": record.get(ev.F_REASON), "last_error": record.get(ev.F_LAST_ERROR_TEXT),
             "retry_count": record.get(ev.F_RETRY_COUNT),
         }  # fmt: skip
         job = asyncio.get_running_loop().create_task(self._notify(str(url), body))
