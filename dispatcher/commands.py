@@ -251,6 +251,8 @@ def requeue(
     """
     entry = state.dlq.get(key)
     if entry is None:
+        if key in state.tasks:
+            return [], Refusal("invalid_state", f"task {key!r} is live, not dead-lettered")
         return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
     task = entry.task
     if key != task.id:

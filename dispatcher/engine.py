@@ -250,6 +250,8 @@ class Engine:
         """Record the outcome of an attempt this daemon runs."""
         run = self.runs.get(task_id)
         if run is None or (attempt is not None and attempt != run.attempt):
+            if task_id not in self.state.tasks and task_id not in self.state.dlq:
+                return cmds.Refusal("unknown_task", f"no live task {task_id!r}")
             return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
         self._forget(run)
         message = error or "task failed"

@@ -20,7 +20,7 @@ from snerd.dispatcher.clock import Clock, ManualClock, SystemClock
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Outcomes, Run
 from snerd.dispatcher.settings import engine_config
-from snerd.errors import ProtocolError
+from snerd.errors import ProtocolError, SnerdError
 from snerd.eventlog.base import Record
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.liveness import Liveness
@@ -208,3 +208,6 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(serve(storage))
     except KeyboardInterrupt:
         return 0
+    except (OSError, SnerdError) as exc:  # storage missing, unwritable, or locked
+        print(f"snerdmq: cannot run on {storage!r}: {exc}", file=sys.stderr)
+        return 1
