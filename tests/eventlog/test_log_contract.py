@@ -286,3 +286,14 @@ async def test_stats(open_log: OpenLog, backend: Backend) -> None:
     stats = log.stats()
     assert (stats.records, stats.skipped, stats.last_seq) == (3, 1, 3)
     assert stats.size_bytes > 0
+
+
+async def test_a_follower_resets_by_itself_after_compaction_elsewhere(open_log: OpenLog) -> None:
+    a, rec_a = await open_log(follow=False)
+    _, rec_b = await open_log()
+    await a.append([*recs("x", "y"), {"del": "x"}])
+    await rec_b.wait_for(lambda: len(rec_b.records) == 3)
+    await a.compact(rec_a.snapshot())
+    await a.append(recs("z"))
+    await rec_b.wait_for(lambda: rec_b.resets == 1 and "z" in rec_b.state)
+    assert rec_b.state == rec_a.state
