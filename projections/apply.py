@@ -28,13 +28,36 @@ from snerd.projections.state import (
 )
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Task, task_from_record
 
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant RFC 3339 writes
+
+
+def ms_time(value: Any) -> float | None:
+    """A time in integer ms (``ts``, ``leaseUntil``, rate ``times``) as epoch seconds.
+
+    None unless a number in [0, MAX_MS]: a corrupt value (1e308, a boolean) must not
+    reach a snapshot line that JSON or RFC 3339 cannot write.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_MS:
+        return value / 1000.0
+    return None
+
 
 def record_time(record: Mapping[str, Any]) -> float | None:
     """The record's ``ts`` (integer milliseconds) in seconds, or None."""
-    ts = record.get(ev.F_TS)
-    if isinstance(ts, int | float) and not isinstance(ts, bool):
-        return ts / 1000.0
-    return None
+    return ms_time(record.get(ev.F_TS))
+
+
+def ms_times(values: Any) -> list[float]:
+    """A ``times`` list (integer ms) in seconds; raises EventError if any is unusable."""
+    if not isinstance(values, list):
+        raise EventError(f"{ev.F_TIMES} must be a list")
+    times: list[float] = []
+    for value in values:
+        seconds = ms_time(value)
+        if seconds is None:
+            raise EventError(f"{ev.F_TIMES} must hold integer milliseconds, got {value!r}")
+        times.append(seconds)
+    return times
 
 
 def _str(record: Mapping[str, Any], key: str) -> str:
@@ -200,8 +223,7 @@ class Folder:
             return
         attempt = _int(record, ev.F_ATTEMPT, task.attempt + 1)
         daemon = _str(record, ev.F_DAEMON)
-        lease = record.get(ev.F_LEASE_UNTIL)
-        lease_until = lease / 1000.0 if isinstance(lease, int | float) else None
+        lease_until = ms_time(record.get(ev.F_LEASE_UNTIL))
         claim = Claim(daemon, attempt, at, lease_until)
         self._unindex(task)
         task = replace(task, phase=ACTIVE, attempt=attempt, claim=claim, progress=None)
@@ -243,10 +265,7 @@ class Folder:
 
     def _rate_window(self, record: Mapping[str, Any]) -> None:
         group = _str(record, ev.F_GROUP)
-        times = record.get(ev.F_TIMES)
-        if not isinstance(times, list):
-            raise EventError(f"{ev.F_TIMES} must be a list")
-        self._window_add(group, tuple(float(t) / 1000.0 for t in times))
+        self._window_add(group, tuple(ms_times(record.get(ev.F_TIMES))))
 
     def _window_add(self, group: str, times: tuple[float, ...]) -> None:
         merged = sorted((*(self.windows.get(group) or ()), *times))

@@ -16,7 +16,7 @@ from typing import Any
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
-from snerd.projections.apply import record_time
+from snerd.projections.apply import ms_time, ms_times, record_time
 from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState, from_tables
 from snerd.projections.task import ACTIVE, Claim, Task, task_from_record
 
@@ -130,12 +130,9 @@ class BulkFolder:
             self.dlq.pop(str(record.get(ev.F_DLQ_KEY) or _task_id(record)), None)
         elif event == ev.RATE_WINDOW:
             group = record.get(ev.F_GROUP)
-            times = record.get(ev.F_TIMES)
             if not isinstance(group, str) or not group:
                 raise EventError(f"{ev.F_GROUP} must be a non-empty string")
-            if not isinstance(times, list):
-                raise EventError(f"{ev.F_TIMES} must be a list")
-            self._window_add(group, [float(t) / 1000.0 for t in times])
+            self._window_add(group, ms_times(record.get(ev.F_TIMES)))
         elif event != ev.SNAPSHOT:
             self.invalid += 1
 
@@ -176,8 +173,7 @@ class BulkFolder:
         daemon = record.get(ev.F_DAEMON)
         if not isinstance(daemon, str) or not daemon:
             raise EventError(f"{ev.F_DAEMON} must be a non-empty string")
-        lease = record.get(ev.F_LEASE_UNTIL)
-        lease_until = lease / 1000.0 if isinstance(lease, int | float) else None
+        lease_until = ms_time(record.get(ev.F_LEASE_UNTIL))
         entry.claim = Claim(daemon, attempt, at, lease_until)
         entry.attempt = attempt
         entry.progress = None
