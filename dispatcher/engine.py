@@ -16,7 +16,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.clock import Clock, SystemClock, Timer
@@ -24,7 +24,6 @@ from snerd.dispatcher.executors import Executor, Run
 from snerd.dispatcher.notify import Notifier
 from snerd.errors import EventError
 from snerd.eventlog.base import EventLog, Record, SkippedLine
-from snerd.eventlog.liveness import Liveness
 from snerd.projections import events as ev
 from snerd.projections import queries
 from snerd.projections.delta import Delta
@@ -37,6 +36,16 @@ log = logging.getLogger("snerd.engine")
 T = TypeVar("T")
 
 _WAKING = ("ready", "delayed", "released", "finished", "doomed", "dead")
+
+
+class Liveness(Protocol):
+    """Which daemons are alive (``eventlog.Liveness`` on files; fakes in tests)."""
+
+    def hold(self, daemon_id: str) -> None: ...
+
+    def is_alive(self, daemon_id: str) -> bool: ...
+
+    def release(self, daemon_id: str | None = None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,157 @@
+"""The engine on an in-memory log with a manual clock: Given/When/Then, no sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from snerd.dispatcher.executors import Job
+from snerd.projections import events as ev
+from snerd.rpc.protocol import Enqueue
+from tests.dispatcher.conftest import Harness, settle
+
+
+def _enqueue(task_id: str, **fields: object) -> Enqueue:
+    return Enqueue(task_id, "t", task_data="{}", **fields)  # type: ignore[arg-type]
+
+
+async def _noop(job: Job) -> None:
+    return None
+
+
+async def test_two_engines_run_every_task_exactly_once(harness: Harness) -> None:
+    a = await harness.engine({"t": _noop})
+    b = await harness.engine({"t": _noop})
+    await asyncio.gather(*(a.enqueue(_enqueue(f"x{i}")) for i in range(100)))
+    await settle(b, lambda: not b.state.tasks and not a.state.tasks)
+    assert sorted(c[1] for c in harness.calls) == sorted(f"x{i}" for i in range(100))
+    assert {c[2] for c in harness.calls} == {1}
+
+
+async def test_pool_capacity_bounds_concurrency(harness: Harness) -> None:
+    gate = asyncio.Event()
+
+    async def slow(job: Job) -> None:
+        await gate.wait()
+
+    engine = await harness.engine({"t": slow}, pools={"slow": 1})
+    for i in range(3):
+        await engine.enqueue(_enqueue(f"s{i}", pool="slow"))
+    await engine.enqueue(_enqueue("fast"))
+    await settle(engine, lambda: len(harness.calls) == 2)
+    assert sorted(c[1] for c in harness.calls) == ["fast", "s0"]
+    assert sorted(engine.runs) == ["fast", "s0"]  # s1, s2 wait for the pool
+    gate.set()
+    await settle(engine, lambda: not engine.state.tasks)
+    assert sorted(c[1] for c in harness.calls) == ["fast", "s0", "s1", "s2"]
+
+
+async def test_rate_limited_task_wakes_exactly_when_a_slot_frees(harness: Harness) -> None:
+    engine = await harness.engine({"t": _noop})
+    for i in range(3):
+        await engine.enqueue(_enqueue(f"r{i}", rate_limit_group="api", max_per_minute=2))
+    await settle(engine, lambda: len(harness.calls) == 2)
+    harness.clock.advance(59.9)
+    await settle(engine, lambda: not engine.runs)
+    assert len(harness.calls) == 2  # the window still holds two dispatches
+    harness.clock.advance(0.1)
+    await settle(engine, lambda: len(harness.calls) == 3)
+    assert [c[1] for c in harness.calls] == ["r0", "r1", "r2"]
+
+
+async def test_claims_of_a_dead_daemon_are_released_and_run_elsewhere(harness: Harness) -> None:
+    never = asyncio.Event()
+
+    async def stuck(job: Job) -> None:
+        await never.wait()
+
+    a = await harness.engine({"t": stuck})
+    await a.enqueue(_enqueue("job"))
+    await settle(a, lambda: bool(a.runs))
+    b = await harness.engine({"t": _noop})
+    harness.liveness.release("d0")  # d0 "dies"
+    harness.clock.advance(1.0)  # b's housekeeping runs
+    await settle(b, lambda: "job" not in b.state.tasks)
+    assert [(c[0], c[2]) for c in harness.calls] == [("d0", 1), ("d1", 2)]
+    refusal = await a.finish("job", success=True)
+    assert refusal is not None and refusal.code in ("not_active", "unknown_task")
+
+
+async def test_expired_lease_is_released_even_if_owner_looks_alive(harness: Harness) -> None:
+    never = asyncio.Event()
+
+    async def stuck(job: Job) -> None:
+        await never.wait()
+
+    a = await harness.engine({"t": stuck}, lease_seconds=10.0)
+    await a.enqueue(_enqueue("job"))
+    await settle(a, lambda: bool(a.runs))
+    b = await harness.engine({"t": _noop})
+    harness.clock.advance(5.0)
+    assert "job" in b.state.tasks and b.state.tasks["job"].claim is not None
+    harness.clock.advance(6.0)
+    await settle(b, lambda: "job" not in b.state.tasks)
+    assert harness.calls[-1][0] == "d1"
+
+
+async def test_timeout_fails_the_attempt_and_refuses_the_late_result(harness: Harness) -> None:
+    never = asyncio.Event()
+
+    async def stuck(job: Job) -> None:
+        await never.wait()
+
+    engine = await harness.engine({"t": stuck})
+    await engine.enqueue(_enqueue("slow", max_execution_seconds=5.0, max_retries=0))
+    await settle(engine, lambda: bool(engine.runs))
+    harness.clock.advance(5.5)
+    assert "slow" in engine.runs  # within the grace
+    harness.clock.advance(1.0)
+    await settle(engine, lambda: "slow" in engine.state.dlq)
+    assert "timed out" in (engine.state.dlq["slow"].error or "")
+    refusal = await engine.finish("slow", success=True)
+    assert refusal is not None
+
+
+async def test_child_enqueued_after_its_parent_died_fails_through(harness: Harness) -> None:
+    async def boom(job: Job) -> None:
+        raise RuntimeError("boom")
+
+    engine = await harness.engine({"t": boom})
+    dead: list[str] = []
+    engine.notifier.add(_DeadRecorder(dead))
+    await engine.enqueue(_enqueue("parent", max_retries=0))
+    await settle(engine, lambda: "parent" in engine.state.dlq)
+    await engine.enqueue(_enqueue("child", trigger_after_ids=("parent",)))
+    await settle(engine, lambda: "child" in engine.state.dlq)
+    assert engine.state.dlq["child"].reason == ev.REASON_FAILED_PARENT
+    assert dead == ["parent", "child"]
+    assert [c[1] for c in harness.calls] == ["parent"]
+
+
+async def test_compaction_by_threshold_keeps_state_for_every_process(harness: Harness) -> None:
+    a = await harness.engine({"t": _noop}, compact_min_bytes=0, compact_dead_ratio=0.5)
+    b = await harness.engine()
+    for i in range(20):
+        await a.enqueue(_enqueue(f"c{i}"))
+    await a.enqueue(_enqueue("later", execute_at=harness.clock.now() + 3600))
+    await settle(a, lambda: len(a.state.tasks) == 1)
+    harness.clock.advance(1.0)  # housekeeping notices the dead lines
+    await settle(b, lambda: harness.store.generation > 0 and b.state.n < 10)
+    assert set(b.state.tasks) == set(a.state.tasks) == {"later"}
+    harness.clock.advance(3600)
+    await settle(a, lambda: not a.state.tasks)
+    assert Counter(c[1] for c in harness.calls)["later"] == 1
+
+
+class _DeadRecorder:
+    def __init__(self, out: list[str]) -> None:
+        self.out = out
+
+    def on_progress(self, task_id: str, task_type: str | None, data: object, local: bool) -> None:
+        return None
+
+    def on_dead_letter(self, record: dict[str, object]) -> None:
+        self.out.append(str(record[ev.F_TASK_ID]))
+
+    async def close(self) -> None:
+        return None
