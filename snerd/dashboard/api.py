@@ -1,0 +1,273 @@
+"""The dashboard's JSON API under ``/api/``.
+
+========================================  ===============================================
+``GET /api/stats``                        SDK keys ``enqueued``/``processed``/``failed``,
+                                          counts per state, throughput, rate groups, log
+``GET /api/tasks``                        list of task rows (SDK-compatible keys); query
+                                          ``state``, ``type``, ``q`` (id substring),
+                                          ``limit`` (default 1000), ``offset``; the total
+                                          is in the ``X-Total-Count`` header
+``POST /api/tasks``                       enqueue (body: the protocol's enqueue fields)
+``GET /api/tasks/{id}``                   one task, with its parents and children
+``GET /api/tasks/{id}/history``           its timeline from the stored audit trail
+``POST /api/tasks/{id}/cancel``           cancel a task that is not running
+``GET /api/dag/{id}``                     the DAG around a task
+``GET /api/dlq``                          the dead-letter queue
+``POST /api/dlq/{key}/requeue``           back into the queue with its retries restored
+``DELETE /api/dlq/{key}``                 delete the entry for good (purge)
+========================================  ===============================================
+
+Errors are ``{"error": message, "status": code}``: 400 bad input (malformed JSON, a bad
+field or query value), 404 unknown task or key, 409 a refused state change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from snerd.dashboard import timeline as tl
+from snerd.dashboard import views
+from snerd.dashboard.dag import dag_view
+from snerd.dashboard.monitor import Monitor
+from snerd.dispatcher import commands as cmds
+from snerd.dispatcher.engine import Engine
+from snerd.dispatcher.views import stats_view
+from snerd.errors import ProtocolError
+from snerd.projections import events as ev
+from snerd.rpc.protocol import Enqueue, parse_message
+
+MAX_LIMIT = 10_000
+_REFUSAL_STATUS = {"unknown_task": 404, "invalid_state": 409, "duplicate_task": 409}
+
+
+class ApiError(Exception):
+    """An API request that cannot be served; becomes a JSON error reply."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    body = orjson.dumps(data, default=str)
+    return web.Response(body=body, status=status, headers=headers, content_type="application/json")
+
+
+def storage_of(engine: Engine) -> Path | None:
+    """The storage dir behind the engine's log, when it is a file log."""
+    layout = getattr(engine.log, "layout", None)
+    storage = getattr(layout, "storage", None)
+    return storage if isinstance(storage, Path) else None
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object body; ``{}`` when there is none. 400 when malformed."""
+    raw = await request.read() if request.can_read_body else b""
+    if not raw.strip():
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"malformed JSON body: {exc}") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "the JSON body must be an object")
+    return value
+
+
+def _int_query(request: web.Request, name: str, default: int, maximum: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or int(raw) > maximum:
+        raise ApiError(400, f"{name} must be an integer between 0 and {maximum}, got {raw!r}")
+    return int(raw)
+
+
+class Api:
+    """Route handlers over one engine and its monitor."""
+
+    def __init__(self, engine: Engine, monitor: Monitor) -> None:
+        self.engine = engine
+        self.monitor = monitor
+        self.storage = storage_of(engine)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/stats", self.stats),
+            web.get("/api/tasks", self.tasks),
+            web.post("/api/tasks", self.enqueue),
+            web.get("/api/tasks/{id}", self.task),
+            web.get("/api/tasks/{id}/history", self.history),
+            web.post("/api/tasks/{id}/cancel", self.cancel),
+            web.get("/api/dag/{id}", self.dag),
+            web.get("/api/dlq", self.dlq),
+            web.post("/api/dlq/{key}/requeue", self.requeue),
+            web.delete("/api/dlq/{key}", self.purge),
+        ]
+
+    def _now(self) -> float:
+        return self.engine.clock.now()
+
+    # --- reading ----------------------------------------------------------------------
+
+    async def stats(self, request: web.Request) -> web.Response:
+        totals = self.monitor.totals()
+        out: dict[str, Any] = {
+            "enqueued": totals["enqueued"],
+            "processed": totals["completed"],
+            "failed": totals["dead_lettered"],
+        }
+        out.update(stats_view(self.engine))
+        state, now = self.engine.state, self._now()
+        out["counts"] = views.counts(state, now)
+        out["totals"] = totals
+        out["historyComplete"] = self.monitor.history_ready
+        out["throughput"] = self.monitor.throughput()
+        out["rateGroups"] = views.rate_groups(state, now)
+        out["types"] = views.task_types(state, self.monitor.finished_rows())
+        out["storage"] = None if self.storage is None else str(self.storage)
+        out["seq"] = state.last_seq
+        return json(out)
+
+    async def tasks(self, request: web.Request) -> web.Response:
+        query = request.query
+        state = query.get("state") or None
+        if state is not None and state not in views.STATES:
+            raise ApiError(400, f"state must be one of {', '.join(views.STATES)}; got {state!r}")
+        flt = views.Filter(
+            state=state, type=query.get("type") or None, search=query.get("q") or None
+        )
+        limit = _int_query(request, "limit", 1000, MAX_LIMIT)
+        offset = _int_query(request, "offset", 0, 1 << 40)
+        rows, total = views.task_rows(
+            self.engine.state,
+            self.monitor.finished_rows(),
+            flt,
+            now=self._now(),
+            limit=limit,
+            offset=offset,
+        )
+        return json(rows, headers={"X-Total-Count": str(total)})
+
+    async def task(self, request: web.Request) -> web.Response:
+        task_id = request.match_info["id"]
+        state, now = self.engine.state, self._now()
+        row = views.find_row(state, self.monitor.finished(task_id), task_id, now)
+        if row is None:
+            raise ApiError(404, f"no task {task_id!r} (unknown, or completed long ago)")
+        lookup = self.monitor.finished
+        row["parentStates"] = [
+            {"id": p, "state": views.state_of(state, p, now, lookup(p))} for p in row["parents"]
+        ]
+        children = set(state.refs.get(task_id, ())) | {
+            e.key for e in state.dlq.values() if task_id in e.task.parents
+        }
+        row["children"] = [
+            {"id": c, "state": views.state_of(state, c, now, lookup(c))} for c in sorted(children)
+        ]
+        return json(row)
+
+    async def history(self, request: web.Request) -> web.Response:
+        task_id = request.match_info["id"]
+        records = await self._records(task_id)
+        if not records:
+            raise ApiError(404, f"no history for task {task_id!r}")
+        return json(
+            {
+                "task_id": task_id,
+                "entries": tl.entries(records),
+                "source": "log" if self.storage is not None else "recent",
+            }
+        )
+
+    async def _records(self, task_id: str) -> list[dict[str, Any]]:
+        """Stored history, then what the engine folded since (not yet on disk)."""
+        stored: list[dict[str, Any]] = []
+        if self.storage is not None and os.path.isdir(self.storage):
+            stored = await asyncio.to_thread(tl.timeline, self.storage, task_id)
+        last = max((r[ev.F_SEQ] for r in stored if type(r.get(ev.F_SEQ)) is int), default=0)
+        recent = [
+            r
+            for r in self.monitor.recent_events(task_id)
+            if type(r.get(ev.F_SEQ)) is int and r[ev.F_SEQ] > last and tl.concerns(r, task_id)
+        ]
+        return stored + recent
+
+    async def dag(self, request: web.Request) -> web.Response:
+        task_id = request.match_info["id"]
+        state, now = self.engine.state, self._now()
+        known = (
+            task_id in state.tasks
+            or task_id in state.dlq
+            or self.monitor.finished(task_id) is not None
+        )
+        if not known:
+            raise ApiError(404, f"no task {task_id!r}")
+        return json(dag_view(state, task_id, finished=self.monitor.finished, now=now))
+
+    async def dlq(self, request: web.Request) -> web.Response:
+        return json(views.dlq_rows(self.engine.state))
+
+    # --- changing ---------------------------------------------------------------------
+
+    async def enqueue(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        try:
+            command = parse_message({**body, "action": "enqueue"})
+        except ProtocolError as exc:
+            raise ApiError(400, exc.message) from None
+        assert isinstance(command, Enqueue)
+        outcome = await self.engine.enqueue(command)
+        if isinstance(outcome, cmds.Refusal):
+            raise ApiError(_REFUSAL_STATUS.get(outcome.code, 400), outcome.message)
+        if isinstance(outcome, cmds.Deduplicated):
+            return json(
+                {"ok": True, "task_id": command.task_id, "deduplicated_of": outcome.duplicate_of}
+            )
+        return json({"ok": True, "task_id": command.task_id}, status=201)
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        return await self._act(request, "id", "cancel", self.engine.cancel)
+
+    async def requeue(self, request: web.Request) -> web.Response:
+        return await self._act(request, "key", "requeue", self.engine.requeue)
+
+    async def purge(self, request: web.Request) -> web.Response:
+        return await self._act(request, "key", "purge", self.engine.purge)
+
+    async def _act(
+        self,
+        request: web.Request,
+        name: str,
+        action: str,
+        op: Callable[[str], Awaitable[cmds.Refusal | None]],
+    ) -> web.Response:
+        await read_json(request)  # no fields yet, but a malformed body is still an error
+        key = request.match_info[name]
+        refusal = await op(key)
+        if refusal is not None:
+            raise ApiError(_REFUSAL_STATUS.get(refusal.code, 400), refusal.message)
+        return json({"ok": True, "action": action, "task_id": key})
+
+
+@web.middleware
+async def errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """ApiError, and any HTTP error under ``/api/``, as a JSON error reply."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return json({"error": exc.message, "status": exc.status}, status=exc.status)
+    except web.HTTPException as exc:
+        if not request.path.startswith("/api/") or exc.status < 400:
+            raise
+        return json({"error": exc.reason, "status": exc.status}, status=exc.status)

@@ -1,0 +1,230 @@
+"""What the dashboard knows beyond the live projection: totals, throughput, recent ends.
+
+:class:`Monitor` is an engine observer (``engine.observers``). It counts records by
+event type per minute (throughput), keeps the tasks that recently completed or were
+cancelled (they leave the projection), the last events of recently touched tasks, and
+tells its listeners what changed. Each record is counted once: only records with an
+integer ``seq`` above the last one counted (compaction snapshots and replays after a
+reset restate history and are not counted again). :func:`scan` computes the same
+figures from the stored history so a dashboard started late still shows them.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from snerd.eventlog.base import Record, SkippedLine
+from snerd.projections import events as ev
+from snerd.projections.delta import Delta
+
+MINUTES = 15
+"""How many minutes of throughput are kept and shown."""
+RECENT_FINISHED = 500
+RECENT_TASKS = 2000
+EVENTS_PER_TASK = 200
+
+METRICS = ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")
+
+_METRIC_OF = {
+    ev.ENQUEUED: "enqueued",
+    ev.CLAIMED: "started",
+    ev.SUCCEEDED: "completed",
+    ev.RETRY_SCHEDULED: "failed",
+    ev.DEAD_LETTERED: "dead_lettered",
+    ev.CANCELLED: "cancelled",
+}
+
+Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
+"""Called with (changed task ids, progress items, reset) after every observed fold."""
+
+
+def _seq(record: Mapping[str, Any]) -> int | None:
+    seq = record.get(ev.F_SEQ)
+    return seq if type(seq) is int else None
+
+
+def _metrics(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(metric, record) for every countable record of one batch, in order.
+
+    A failed attempt counts as ``failed`` whether it retries or dead-letters; a cron
+    task's ``rescheduled`` counts as ``completed`` unless the same batch dead-lettered
+    that occurrence (then the schedule only moved on).
+    """
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    dead_in_batch: set[Any] = set()
+    for record in records:
+        event = record.get(ev.F_EVENT)
+        if record.get(ev.F_COMPACTED):
+            continue
+        if event == ev.RESCHEDULED:
+            if record.get(ev.F_TASK_ID) not in dead_in_batch:
+                out.append(("completed", record))
+            continue
+        metric = _METRIC_OF.get(event)  # type: ignore[arg-type]
+        if metric is None:
+            continue
+        if event == ev.DEAD_LETTERED:
+            dead_in_batch.add(record.get(ev.F_TASK_ID))
+            if record.get(ev.F_REASON) != ev.REASON_FAILED_PARENT:
+                out.append(("failed", record))
+        out.append((metric, record))
+    return out
+
+
+@dataclass(slots=True)
+class Figures:
+    """Totals since the log began, per-minute counts, and recently finished tasks."""
+
+    totals: collections.Counter[str] = field(default_factory=collections.Counter)
+    minutes: dict[int, collections.Counter[str]] = field(default_factory=dict)
+    finished: collections.OrderedDict[str, dict[str, Any]] = field(
+        default_factory=collections.OrderedDict
+    )
+
+    def count(self, records: Sequence[Mapping[str, Any]], keep_after_minute: int) -> None:
+        for metric, record in _metrics(records):
+            self.totals[metric] += 1
+            ts = record.get(ev.F_TS)
+            if isinstance(ts, int | float) and not isinstance(ts, bool):
+                minute = int(ts // 60_000)
+                if minute > keep_after_minute:
+                    self.minutes.setdefault(minute, collections.Counter())[metric] += 1
+        for record in records:
+            self.note_end(record)
+
+    def note_end(self, record: Mapping[str, Any]) -> None:
+        """Remember a completed/cancelled task; forget it when its id comes back."""
+        event = record.get(ev.F_EVENT)
+        task_id = record.get(ev.F_TASK_ID)
+        if not isinstance(task_id, str):
+            return
+        if event in (ev.SUCCEEDED, ev.CANCELLED) and not record.get(ev.F_COMPACTED):
+            self.finished.pop(task_id, None)
+            row = {k: v for k, v in record.items() if k not in (ev.F_SEQ,)}
+            row["state"] = "completed" if event == ev.SUCCEEDED else "cancelled"
+            self.finished[task_id] = row
+            while len(self.finished) > RECENT_FINISHED:
+                self.finished.popitem(last=False)
+        elif event in (ev.ENQUEUED, ev.REQUEUED):
+            self.finished.pop(task_id, None)
+
+    def trim(self, keep_after_minute: int) -> None:
+        for minute in [m for m in self.minutes if m <= keep_after_minute]:
+            del self.minutes[minute]
+
+
+def scan(items: Iterable[Record | SkippedLine], *, upto_seq: int, now: float) -> Figures:
+    """The figures of every stored record with ``seq <= upto_seq`` (blocking: a thread)."""
+    figures = Figures()
+    keep_after = int(now // 60) - MINUTES
+    batch: list[Record] = []
+    for item in items:
+        if isinstance(item, SkippedLine):
+            continue
+        seq = _seq(item)
+        if seq is None or seq > upto_seq:
+            continue
+        batch.append(item)
+        if len(batch) >= 4096 and item.get(ev.F_EVENT) != ev.DEAD_LETTERED:
+            figures.count(batch, keep_after)
+            batch = []
+    figures.count(batch, keep_after)
+    return figures
+
+
+class Monitor:
+    """The dashboard's engine observer. Register with :meth:`attach`."""
+
+    def __init__(self, *, now: Callable[[], float], watermark: int = 0) -> None:
+        self._now = now
+        self.watermark = watermark
+        """Records with a seq at or below this were counted (or belong to the scan)."""
+        self.scan_upto = watermark
+        self.figures = Figures()
+        self.history_ready = False
+        self.events: collections.OrderedDict[str, list[Record]] = collections.OrderedDict()
+        self.listeners: list[Listener] = []
+
+    # --- observing --------------------------------------------------------------------
+
+    def observe(self, records: Sequence[Record], delta: Delta) -> None:
+        fresh = [r for r in records if (s := _seq(r)) is not None and s > self.watermark]
+        if fresh:
+            self.watermark = max(_seq(r) or 0 for r in fresh)
+            self.figures.count(fresh, self._keep_after())
+            self._remember(fresh)
+        changed = _changed_ids(records, delta)
+        for listener in list(self.listeners):
+            listener(changed, delta.progress, delta.reset)
+
+    def _remember(self, records: Sequence[Record]) -> None:
+        for record in records:
+            task_id = record.get(ev.F_TASK_ID)
+            if not isinstance(task_id, str):
+                continue
+            trail = self.events.pop(task_id, None) or []
+            trail.append(record)
+            del trail[:-EVENTS_PER_TASK]
+            self.events[task_id] = trail
+        while len(self.events) > RECENT_TASKS:
+            self.events.popitem(last=False)
+
+    def merge_scan(self, scanned: Figures) -> None:
+        """Fold in the history counted by :func:`scan` (older than anything observed)."""
+        self.figures.totals.update(scanned.totals)
+        for minute, counter in scanned.minutes.items():
+            self.figures.minutes.setdefault(minute, collections.Counter()).update(counter)
+        merged = collections.OrderedDict(scanned.finished)
+        for task_id, row in self.figures.finished.items():
+            merged.pop(task_id, None)
+            merged[task_id] = row
+        while len(merged) > RECENT_FINISHED:
+            merged.popitem(last=False)
+        self.figures.finished = merged
+        self.history_ready = True
+
+    # --- reading ----------------------------------------------------------------------
+
+    def _keep_after(self) -> int:
+        return int(self._now() // 60) - MINUTES
+
+    def throughput(self) -> list[dict[str, Any]]:
+        """One row per minute, oldest first, the current minute last."""
+        keep_after = self._keep_after()
+        self.figures.trim(keep_after)
+        rows = []
+        for minute in range(keep_after + 1, keep_after + MINUTES + 1):
+            counter = self.figures.minutes.get(minute, collections.Counter())
+            row: dict[str, Any] = {"minute": minute * 60}
+            row.update({metric: counter.get(metric, 0) for metric in METRICS})
+            rows.append(row)
+        return rows
+
+    def totals(self) -> dict[str, int]:
+        return {metric: self.figures.totals.get(metric, 0) for metric in METRICS}
+
+    def finished(self, task_id: str) -> dict[str, Any] | None:
+        return self.figures.finished.get(task_id)
+
+    def finished_rows(self) -> list[dict[str, Any]]:
+        """Recently completed or cancelled tasks, newest first."""
+        return list(reversed(self.figures.finished.values()))
+
+    def recent_events(self, task_id: str) -> list[Record]:
+        return list(self.events.get(task_id, ()))
+
+
+def _changed_ids(records: Sequence[Record], delta: Delta) -> list[str]:
+    ids: dict[str, None] = {}
+    for record in records:
+        for key in (ev.F_TASK_ID, ev.F_DLQ_KEY):
+            value = record.get(key)
+            if isinstance(value, str):
+                ids[value] = None
+    for name in ("ready", "delayed", "blocked", "doomed", "claimed", "released", "finished"):
+        for task_id in getattr(delta, name):
+            ids[task_id] = None
+    return list(ids)
