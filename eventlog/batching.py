@@ -36,7 +36,8 @@ DELIVERY_BATCH = 4096
 
 @dataclass(slots=True)
 class _Request:
-    command: Command[Any]
+    command: Command[Any] | None  # None: a plain append of ``records``
+    records: Sequence[Record]
     durable: bool
     future: asyncio.Future[Any]
 
@@ -145,12 +146,24 @@ class BatchingLog(EventLog):
     # ---------------------------------------------------------- group commit
 
     async def transact(self, command: Command[T], *, durable: bool = True) -> T:
-        self._check_usable()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Request(command, durable, future))
+        return cast(T, await self._submit(command, (), durable))
+
+    async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
+        """Append unconditionally (same as a transaction returning ``records``)."""
+        await self._submit(None, records, durable)
+
+    def _submit(
+        self, command: Command[Any] | None, records: Sequence[Record], durable: bool
+    ) -> asyncio.Future[Any]:
+        """Queue a request for the writer; the future resolves when it is written."""
+        if self._closing or self._failure is not None or self._listener is None:
+            self._check_usable()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.append(_Request(command, records, durable, future))
         if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._drain())
-        return cast(T, await future)
+            self._writer = loop.create_task(self._drain())
+        return future
 
     async def _drain(self) -> None:
         """The writer: run queued requests batch after batch until the queue is empty."""
@@ -179,7 +192,10 @@ class BatchingLog(EventLog):
                 if req.future.done():  # the caller was cancelled before its turn
                     continue
                 try:
-                    records, result = req.command()
+                    if req.command is None:
+                        records, result = req.records, None
+                    else:
+                        records, result = req.command()
                     stamped, lines = self._stamp(records)
                 except Exception as exc:
                     req.future.set_exception(exc)

@@ -108,7 +108,7 @@ class FileLog(BatchingLog):
             raise LogError(f"cannot open log {self.path}: {exc}") from exc
         self._listener = listener
         async with self._mutex:
-            await self._read_new()
+            await self._sync()
         if self._follow_on:
             self._watcher = watch(
                 self.layout.tasks_dir,
