@@ -22,8 +22,11 @@ pending-1     pending     plain
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.engine import Engine, EngineConfig
@@ -33,6 +36,7 @@ from snerd.projections.state import QueueState, empty, fold
 from snerd.rpc.protocol import Enqueue, parse_message
 
 WORKER = "worker-1"
+PEER_HEADER = "X-Test-Peer"
 EXPECTED_COUNTS = {"pending": 2, "scheduled": 2, "blocked": 1, "active": 1, "dead_lettered": 2}
 COMPLETED = ("fetch-a", "email-1", "email-2")
 
@@ -124,3 +128,14 @@ async def seed_storage(storage: Path | str, now: float | None = None) -> None:
         await engine.log.append(seed_records(now))
     finally:
         await engine.drain(0)
+
+
+@web.middleware
+async def fake_peer(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Tests only: pretend the request came from the address in ``X-Test-Peer``."""
+    peer = request.headers.get(PEER_HEADER)
+    if peer:
+        request = request.clone(remote=peer)
+    return await handler(request)

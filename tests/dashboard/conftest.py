@@ -1,0 +1,58 @@
+"""Fixtures: a seeded storage, a read-only engine on it, and API clients."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from dashkit import fake_peer, reader_engine, seed_storage
+
+from snerd.dashboard.server import MONITOR_KEY, create_app
+from snerd.dispatcher.engine import Engine
+
+MakeClient = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
+
+
+@pytest.fixture
+async def storage(tmp_path: Path) -> Path:
+    path = tmp_path / "store"
+    await seed_storage(path)
+    return path
+
+
+@pytest.fixture
+async def engine(storage: Path) -> AsyncIterator[Engine]:
+    eng = reader_engine(storage)
+    await eng.start()
+    yield eng
+    await eng.drain(0)
+
+
+@pytest.fixture
+async def make_client(engine: Engine) -> AsyncIterator[MakeClient]:
+    clients: list[TestClient[web.Request, web.Application]] = []
+
+    async def make(token: str | None = None) -> TestClient[web.Request, web.Application]:
+        app = create_app(engine, token=token)
+        app.middlewares.insert(0, fake_peer)
+        client = TestClient(TestServer(app, host="127.0.0.1"))
+        await client.start_server()
+        clients.append(client)
+        for _ in range(500):  # the stored history is counted in the background
+            if app[MONITOR_KEY].history_ready:
+                break
+            await asyncio.sleep(0.01)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+async def client(make_client: MakeClient) -> TestClient[web.Request, web.Application]:
+    return await make_client()
