@@ -154,6 +154,16 @@ class Wire:
             assert exc.code == "unknown_task"
         await asyncio.sleep(0)
 
+    async def logged(self, task_id: str, event: str, timeout: float = WAIT) -> list[Message]:
+        """Wait (round trip by round trip) until the log has ``event`` for ``task_id``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not (found := events_of(self.storage, task_id, event)):
+            assert loop.time() < deadline, f"no {event} of {task_id} in the log"
+            await self.barrier()
+            await asyncio.sleep(0.01)
+        return found
+
     async def advance(self, seconds: float) -> None:
         """Move the daemon's clock after every earlier command has been applied."""
         assert self.clock, "this daemon runs on the real clock"

@@ -1,0 +1,143 @@
+"""Shutdown: SIGTERM drains (results still accepted), stdin EOF releases, exit code 0."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+from daemonkit import Wire, events_of
+
+
+def sigterm(wire: Wire) -> None:
+    wire.client.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+
+
+async def exit_code(wire: Wire, within: float) -> int:
+    return await wire.client.wait(timeout=within)
+
+
+async def exit_or_kill(wire: Wire, within: float) -> int:
+    """The exit code within ``within`` s; on a timeout kill the daemon and fail."""
+    try:
+        return await exit_code(wire, within)
+    except TimeoutError:
+        await wire.kill()
+        raise AssertionError(f"the daemon did not exit within {within}s") from None
+
+
+async def test_sigterm_with_nothing_in_flight_exits_zero_at_once(daemon: Wire) -> None:
+    await daemon.ack("queued", "unregistered")
+    started = time.monotonic()
+    sigterm(daemon)
+    assert await exit_code(daemon, 5) == 0
+    assert time.monotonic() - started < 3
+    assert events_of(daemon.storage, "queued", "enqueued")  # still there for later
+
+
+async def test_result_is_accepted_during_the_drain(daemon: Wire) -> None:
+    await daemon.ack("a")
+    await daemon.expect("execute", task_id="a")
+    sigterm(daemon)
+    await asyncio.sleep(0.2)  # let the signal land; the daemon must wait for us
+    assert daemon.client.returncode is None
+    await daemon.result("a")
+    assert await exit_code(daemon, 5) == 0
+    assert events_of(daemon.storage, "a", "succeeded")
+    assert not events_of(daemon.storage, "a", "claim_released")
+    assert not daemon.taken("error")
+
+
+async def test_no_new_executes_during_the_drain_but_enqueues_are_acked(daemon: Wire) -> None:
+    await daemon.ack("a")
+    await daemon.expect("execute", task_id="a")
+    sigterm(daemon)
+    await asyncio.sleep(0.2)
+    reply = await daemon.enqueue("b")
+    assert reply["action"] == "ack"
+    stats = await daemon.stats()
+    assert stats["daemon"]["draining"] is True
+    await daemon.quiet("execute", task_id="b")
+    await daemon.send({"action": "progress", "task_id": "a", "data": "still going"})
+    await daemon.expect("progress", task_id="a")
+    await daemon.result("a")
+    assert await exit_code(daemon, 5) == 0
+    assert events_of(daemon.storage, "b", "enqueued")
+
+
+async def test_drain_timeout_releases_the_attempt_for_another_run(spawn, storage) -> None:
+    first = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "1"})
+    await first.ack("a", max_retries=0)
+    await first.expect("execute", task_id="a", attempt=1)
+    started = time.monotonic()
+    sigterm(first)
+    assert await exit_code(first, 10) == 0
+    assert 0.8 < time.monotonic() - started < 6
+    [released] = events_of(storage, "a", "claim_released")
+    assert released["reason"] == "drain"
+    second = await spawn(register=("t",))
+    execute = await second.expect("execute", task_id="a")
+    assert execute["attempt"] == 2  # a new attempt; the release was not a failure
+    assert (await second.get("a"))["retryCount"] == 0
+
+
+async def test_second_sigterm_ends_the_drain_at_once(spawn) -> None:
+    wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30"})
+    await wire.ack("a")
+    await wire.expect("execute", task_id="a")
+    sigterm(wire)
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    sigterm(wire)
+    assert await exit_or_kill(wire, 5) == 0
+    assert time.monotonic() - started < 5
+    assert events_of(wire.storage, "a", "claim_released")
+
+
+async def test_stdin_eof_during_a_drain_releases_at_once(spawn) -> None:
+    """§8.4: after EOF no result can arrive, so waiting out the drain is pointless."""
+    wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30"})
+    await wire.ack("a")
+    await wire.expect("execute", task_id="a")
+    sigterm(wire)
+    await asyncio.sleep(0.3)
+    await wire.client.close_stdin()
+    assert await exit_or_kill(wire, 5) == 0
+    assert events_of(wire.storage, "a", "claim_released")
+
+
+async def test_stdin_eof_exits_zero_and_releases_the_claim(spawn, storage) -> None:
+    first = await spawn(register=("t",))
+    await first.ack("a")
+    await first.expect("execute", task_id="a")
+    started = time.monotonic()
+    await first.client.close_stdin()
+    assert await exit_code(first, 10) == 0
+    assert time.monotonic() - started < 5
+    [released] = events_of(storage, "a", "claim_released")
+    assert released["attempt"] == 1
+    second = await spawn(register=("t",))
+    await second.expect("execute", task_id="a")
+    await second.result("a")
+    await second.barrier()
+    assert events_of(storage, "a", "succeeded")
+
+
+async def test_liveness_lock_file_is_removed_on_clean_exit(daemon: Wire) -> None:
+    daemons_dir = daemon.storage / "tasks" / "daemons"
+    await daemon.barrier()
+    assert list(daemons_dir.glob("*.lock"))
+    sigterm(daemon)
+    assert await exit_code(daemon, 5) == 0
+    assert not list(daemons_dir.glob("*.lock"))
+
+
+async def test_client_close_drains_and_returns_the_exit_code(spawn) -> None:
+    wire = await spawn(register=("t",))
+    await wire.ack("a")
+    await wire.expect("execute", task_id="a")
+    closing = asyncio.create_task(wire.client.close(timeout=10))
+    await asyncio.sleep(0.2)
+    await wire.result("a")
+    assert await asyncio.wait_for(closing, 10) == 0
+    assert events_of(wire.storage, "a", "succeeded")

@@ -1,0 +1,118 @@
+"""Webhook tasks against a real local aiohttp server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from daemonkit import WAIT, Wire
+
+
+@dataclass
+class Hooks:
+    """A local HTTP server: ``/status/<code>`` answers that code; every POST is kept."""
+
+    base: str = ""
+    posts: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+
+    def url(self, code: int) -> str:
+        return f"{self.base}/status/{code}"
+
+    async def next_post(self, timeout: float = WAIT) -> dict[str, Any]:
+        return await asyncio.wait_for(self.posts.get(), timeout)
+
+
+@pytest.fixture
+async def hooks() -> AsyncIterator[Hooks]:
+    state = Hooks()
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json()
+        await state.posts.put({"headers": dict(request.headers), "body": body,
+                               "path": request.path})  # fmt: skip
+        return web.Response(status=int(request.match_info["code"]), text="hi")
+
+    app = web.Application()
+    app.router.add_post("/status/{code}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    state.base = f"http://127.0.0.1:{port}"
+    yield state
+    await runner.cleanup()
+
+
+async def test_2xx_webhook_is_success(daemon: Wire, hooks: Hooks) -> None:
+    await daemon.ack("h1", "hook", task_data={"to": "x"}, webhook_url=hooks.url(200))
+    post = await hooks.next_post()
+    assert post["headers"]["X-SnerdMQ-Event"] == "Execute"
+    assert post["headers"]["Content-Type"].startswith("application/json")
+    assert post["body"]["task_id"] == "h1"
+    assert post["body"]["task_type"] == "hook"
+    assert post["body"]["task_data"] == {"to": "x"}
+    await daemon.logged("h1", "succeeded")  # written once the POST has returned
+    assert hooks.posts.empty()
+
+
+@pytest.mark.parametrize("code", [201, 204])
+async def test_any_2xx_is_success(daemon: Wire, hooks: Hooks, code: int) -> None:
+    await daemon.ack("h", "hook", webhook_url=hooks.url(code), max_retries=0)
+    await hooks.next_post()
+    await daemon.quiet("max_retries_reached")
+    with pytest.raises(asyncio.TimeoutError):
+        await hooks.next_post(timeout=0.5)
+
+
+async def test_webhook_tasks_are_never_sent_to_the_sdk(spawn, hooks: Hooks) -> None:
+    wire = await spawn(register=("hook",))
+    await wire.ack("h", "hook", webhook_url=hooks.url(200))
+    await hooks.next_post()
+    await wire.quiet("execute")
+
+
+async def test_500_retries_then_dead_letters_with_a_final_post(daemon: Wire, hooks: Hooks) -> None:
+    await daemon.ack("h", "hook", task_data='{"n": 1}', webhook_url=hooks.url(500),
+                     max_retries=1)  # fmt: skip
+    first = await hooks.next_post()
+    second = await hooks.next_post()
+    assert [first["headers"]["X-SnerdMQ-Event"], second["headers"]["X-SnerdMQ-Event"]] == [
+        "Execute", "Execute",
+    ]  # fmt: skip
+    final = await hooks.next_post()
+    assert final["headers"]["X-SnerdMQ-Event"] == "MaxRetriesReached"
+    assert final["body"]["task_id"] == "h"
+    assert final["body"]["reason"] == "retries_exhausted"
+    dead = await daemon.expect("max_retries_reached", task_id="h")
+    assert "500" in str(dead["last_error"])
+    assert dead["retry_count"] == 1
+    with pytest.raises(asyncio.TimeoutError):
+        await hooks.next_post(timeout=0.5)
+
+
+async def test_webhook_backoff_uses_the_test_clock(daemon: Wire, hooks: Hooks) -> None:
+    await daemon.ack("h", "hook", webhook_url=hooks.url(503), max_retries=1,
+                     retry_after_hours=1)  # fmt: skip
+    await hooks.next_post()
+    await daemon.logged("h", "retry_scheduled")
+    await daemon.advance(3599)
+    with pytest.raises(asyncio.TimeoutError):
+        await hooks.next_post(timeout=0.3)
+    await daemon.advance(1)
+    assert (await hooks.next_post())["headers"]["X-SnerdMQ-Event"] == "Execute"
+
+
+async def test_unreachable_webhook_fails_the_attempt(daemon: Wire) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    await daemon.ack("h", "hook", webhook_url=f"http://127.0.0.1:{port}/x", max_retries=0)
+    dead = await daemon.expect("max_retries_reached", task_id="h")
+    assert dead["reason"] == "retries_exhausted"
+    assert "webhook" in str(dead["last_error"])
