@@ -1,0 +1,115 @@
+"""What the fold properties compare: views of a state, and its invariants."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from snerd.projections import heap
+from snerd.projections.rules import phase_for
+from snerd.projections.state import QueueState, lane_key, timer_key
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
+
+
+def phase_expected(task: Task, state: QueueState, now: float) -> str:
+    """The phase the rules give a task after ``advance(now)``."""
+    if task.phase == ACTIVE:
+        return ACTIVE
+    phase, _ = phase_for(task, state.tasks, state.dlq)
+    if phase == DELAYED and task.not_before is not None and task.not_before <= now:
+        return READY
+    return phase
+
+
+def task_view(task: Task, *, order: bool = True) -> tuple[Any, ...]:
+    """Every field of a task (``extra`` included, ``order`` optionally left out)."""
+    names = [f.name for f in fields(task) if order or f.name != "order"]
+    return (*(getattr(task, n) for n in names), dict(task.extra))
+
+
+def valid_lane_entries(state: QueueState) -> set[tuple[Any, ...]]:
+    """(lane, key) of every lane entry the state counts as valid (READY, same order)."""
+    out: set[tuple[Any, ...]] = set()
+    for lane, lane_heap in state.lanes.items():
+        for key in heap.iter_keys(lane_heap):
+            task = state.tasks.get(key[2])
+            if task is not None and task.phase == READY and task.order == key[1]:
+                out.add((lane, key))
+    return out
+
+
+def valid_timer_entries(state: QueueState) -> set[tuple[Any, ...]]:
+    out: set[tuple[Any, ...]] = set()
+    for key in heap.iter_keys(state.timers):
+        task = state.tasks.get(key[2])
+        if task is not None and task.phase == DELAYED and task.order == key[1]:
+            out.add(key)
+    return out
+
+
+def state_view(state: QueueState) -> dict[str, Any]:
+    """Everything observable about a state, for equality checks between fold paths."""
+    return {
+        "tasks": {k: task_view(t) for k, t in state.tasks.items()},
+        "dlq": {
+            k: (d.key, task_view(d.task), d.reason, d.error, d.at) for k, d in state.dlq.items()
+        },
+        "refs": {k: set(v) for k, v in state.refs.items()},
+        "doomed": set(state.doomed),
+        "fingerprints": {k: set(v) for k, v in state.fingerprints.items()},
+        "windows": dict(state.windows),
+        "by_daemon": {k: set(v) for k, v in state.by_daemon.items()},
+        "n": state.n,
+        "last_seq": state.last_seq,
+        "invalid": state.invalid,
+        "lanes": valid_lane_entries(state),
+        "timers": valid_timer_entries(state),
+    }
+
+
+def check_invariants(state: QueueState, now: float) -> None:
+    """The invariants every folded-then-advanced state keeps (asserts)."""
+    tasks = state.tasks
+    for task_id, task in tasks.items():
+        assert task.id == task_id
+        assert task.phase in (READY, DELAYED, BLOCKED, ACTIVE)
+        assert (task.phase == ACTIVE) == (task.claim is not None), task
+        assert task.phase == phase_expected(task, state, now), task
+        if task.phase in (READY, DELAYED):
+            live = [p for p in task.parents if p != task_id and (p in tasks or p in state.dlq)]
+            assert not live, (task, live)
+    ready = {(t.lane, lane_key(t)) for t in tasks.values() if t.phase == READY}
+    assert valid_lane_entries(state) == ready
+    delayed = {timer_key(t) for t in tasks.values() if t.phase == DELAYED}
+    assert valid_timer_entries(state) == delayed
+    for lane, lane_heap in state.lanes.items():
+        top = heap.top(lane_heap)
+        assert top is not None, lane
+        assert (lane, top) in ready, (lane, top)
+    doomed = {
+        t.id
+        for t in tasks.values()
+        if t.phase == BLOCKED and any(p in state.dlq and p != t.id for p in t.parents)
+    }
+    assert set(state.doomed) == doomed
+    prints: dict[str, set[str]] = {}
+    for t in tasks.values():
+        if t.auto_dedupe and t.fingerprint:
+            prints.setdefault(t.fingerprint, set()).add(t.id)
+    assert {k: set(v) for k, v in state.fingerprints.items()} == prints
+    owners: dict[str, set[str]] = {}
+    for t in tasks.values():
+        if t.phase == ACTIVE and t.claim is not None:
+            owners.setdefault(t.claim.daemon, set()).add(t.id)
+    assert {k: set(v) for k, v in state.by_daemon.items()} == owners
+    refs: dict[str, set[str]] = {}
+    for t in tasks.values():
+        for p in t.parents:
+            refs.setdefault(p, set()).add(t.id)
+    assert {k: set(v) for k, v in state.refs.items()} == refs
+
+
+def sorted_ids(tasks: Mapping[str, Task]) -> list[str]:
+    """Task ids in FIFO order."""
+    return [t.id for t in sorted(tasks.values(), key=lambda t: t.order)]

@@ -1,0 +1,154 @@
+"""Properties of the fold over arbitrary logs: it never raises, keeps its indexes
+consistent, and the bulk path and chunked folding reach the same state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from loggen import any_logs, any_records, json_values, nows, valid_logs
+from projcheck import check_invariants, state_view
+
+from snerd.projections import events as ev
+from snerd.projections.replay import BulkFolder, bulk_fold
+from snerd.projections.state import QueueState, advance, empty, fold
+
+CORE = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+WIDE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def folded(records: list[dict[str, Any]], now: float) -> QueueState:
+    state, _ = fold(empty(), records)
+    state, _ = advance(state, now)
+    return state
+
+
+# --- (a) the fold never raises ----------------------------------------------------------
+
+
+@CORE
+@given(any_logs, nows)
+def test_fold_never_raises_and_counts_every_record(
+    records: list[dict[str, Any]], now: float
+) -> None:
+    state = folded(records, now)
+    assert state.n == len(records)
+    assert 0 <= state.invalid <= len(records)
+    bulk = bulk_fold(records)
+    assert bulk.n == len(records)
+
+
+FIELD_NAMES = sorted(ev.TASK_FIELDS | ev.OUR_FIELDS | {ev.F_GROUP, ev.F_TIMES})
+any_mappings = st.dictionaries(
+    st.one_of(st.sampled_from(FIELD_NAMES), st.text(max_size=6)), json_values, max_size=8
+)
+
+
+@WIDE
+@given(st.lists(any_mappings, max_size=12))
+def test_fold_never_raises_on_any_mapping(records: list[dict[str, Any]]) -> None:
+    fold(empty(), records)
+    bulk_fold(records)
+
+
+def test_valid_events_are_not_counted_invalid() -> None:
+    records = [
+        {"event": "enqueued", "taskId": "a", "taskType": "t"},
+        {"event": "claimed", "taskId": "a", "daemon": "d1", "ts": 1000},
+        {"event": "progress", "taskId": "a", "data": 50},
+        {"event": "succeeded", "taskId": "a"},
+        {"event": "rate_window", "group": "g", "times": [1000]},
+        {"event": "snapshot", "seq": 3, "records": 0},
+    ]
+    assert fold(empty(), records)[0].invalid == 0
+    assert bulk_fold(records).invalid == 0
+
+
+# --- (b) invariants after every fold + advance ----------------------------------------------
+
+
+@CORE
+@given(any_logs, nows)
+def test_invariants_hold_after_fold_and_advance(records: list[dict[str, Any]], now: float) -> None:
+    check_invariants(folded(records, now), now)
+
+
+@CORE
+@given(st.lists(st.lists(any_records, max_size=8), max_size=6), st.lists(nows, min_size=6))
+def test_invariants_hold_after_every_step(
+    chunks: list[list[dict[str, Any]]], times: list[float]
+) -> None:
+    state = empty()
+    for chunk, now in zip(chunks, sorted(times), strict=False):
+        state, _ = fold(state, chunk)
+        state, _ = advance(state, now)
+        check_invariants(state, now)
+
+
+@WIDE
+@given(any_logs, nows)
+def test_fold_leaves_its_input_state_untouched(records: list[dict[str, Any]], now: float) -> None:
+    half = len(records) // 2
+    base = folded(records[:half], now)
+    before = state_view(base)
+    fold(base, records[half:])
+    advance(base, now + 1000)
+    assert state_view(base) == before
+
+
+# --- (c) bulk fold == incremental fold -------------------------------------------------------
+
+
+@CORE
+@given(any_logs, nows)
+def test_bulk_fold_equals_incremental_fold(records: list[dict[str, Any]], now: float) -> None:
+    incremental = folded(records, now)
+    bulk, _ = advance(bulk_fold(records), now)
+    assert state_view(bulk) == state_view(incremental)
+
+
+@WIDE
+@given(any_logs, st.lists(st.integers(min_value=0, max_value=40), max_size=5), nows)
+def test_bulk_fold_in_chunks_equals_bulk_fold_at_once(
+    records: list[dict[str, Any]], cuts: list[int], now: float
+) -> None:
+    folder = BulkFolder()
+    start = 0
+    for cut in sorted(cuts):
+        folder.feed(records[start:cut])
+        start = max(start, cut)
+    folder.feed(records[start:])
+    chunked, _ = advance(folder.finish(), now)
+    whole, _ = advance(bulk_fold(records), now)
+    assert state_view(chunked) == state_view(whole)
+
+
+# --- (d) folding in chunks == folding at once -------------------------------------------------
+
+
+@CORE
+@given(any_logs, st.lists(st.integers(min_value=0, max_value=40), max_size=6), nows)
+def test_chunked_fold_equals_fold_at_once(
+    records: list[dict[str, Any]], cuts: list[int], now: float
+) -> None:
+    state = empty()
+    start = 0
+    for cut in sorted(cuts):
+        state, _ = fold(state, records[start:cut])
+        start = max(start, cut)
+    state, _ = fold(state, records[start:])
+    state, _ = advance(state, now)
+    assert state_view(state) == state_view(folded(records, now))
+
+
+@WIDE
+@given(valid_logs, nows)
+def test_one_record_at_a_time_equals_fold_at_once(
+    records: list[dict[str, Any]], now: float
+) -> None:
+    state = empty()
+    for record in records:
+        state, _ = fold(state, [record])
+    state, _ = advance(state, now)
+    assert state_view(state) == state_view(folded(records, now))
