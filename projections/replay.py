@@ -18,34 +18,54 @@ from snerd.errors import EventError
 from snerd.projections import events as ev
 from snerd.projections.apply import ms_time, ms_times, record_time
 from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState, from_tables
-from snerd.projections.task import ACTIVE, Claim, Task, task_from_record
+from snerd.projections.task import ACTIVE, Claim, Task, require_ids, task_from_record
 
 _UPSERTS = frozenset({ev.ENQUEUED, ev.RETRY_SCHEDULED, ev.RESCHEDULED, ev.REQUEUED})
 _TOMBSTONES = frozenset({ev.SUCCEEDED, ev.CANCELLED})
 
 
 class _Live:
-    """A live task's latest full-state record plus what light events did since."""
+    """A live task's latest full-state record plus what light events did since.
 
-    __slots__ = ("attempt", "claim", "order", "progress", "task")
+    The record is turned into a :class:`Task` only if the task is still live at
+    the end (most tasks of a long log are not).
+    """
 
-    def __init__(self, task: Task, attempt: int) -> None:
-        self.task = task
-        self.order = task.order
+    __slots__ = ("attempt", "claim", "order", "progress", "record")
+
+    def __init__(self, record: Mapping[str, Any], order: int, attempt: int) -> None:
+        self.record = record
+        self.order = order
         self.attempt = attempt
         self.claim: Claim | None = None
         self.progress: Any = None
 
     def materialize(self) -> Task:
         claim = self.claim
+        task = task_from_record(self.record, order=self.order)
         return replace(
-            self.task,
-            order=self.order,
+            task,
             attempt=self.attempt,
             claim=claim,
-            phase=ACTIVE if claim is not None else self.task.phase,
+            phase=ACTIVE if claim is not None else task.phase,
             progress=self.progress if claim is not None else None,
         )
+
+
+class _Dead:
+    """A DLQ entry, built into a :class:`DeadLetter` at the end."""
+
+    __slots__ = ("at", "attempt", "order", "reason", "record")
+
+    def __init__(
+        self, record: Mapping[str, Any], order: int, attempt: int, reason: str, at: float | None
+    ) -> None:
+        self.record, self.order, self.attempt = record, order, attempt
+        self.reason, self.at = reason, at
+
+    def build(self, key: str) -> DeadLetter:
+        task = replace(task_from_record(self.record, order=self.order), attempt=self.attempt)
+        return DeadLetter(key, task, self.reason, task.last_error, self.at)
 
 
 def _task_id(record: Mapping[str, Any]) -> str:
@@ -65,7 +85,7 @@ class BulkFolder:
 
     def __init__(self) -> None:
         self.live: dict[str, _Live] = {}
-        self.dlq: dict[str, DeadLetter] = {}
+        self.dlq: dict[str, _Dead] = {}
         self.windows: dict[str, list[float]] = {}
         self.n = 0
         self.last_seq = 0
@@ -84,9 +104,10 @@ class BulkFolder:
 
     def finish(self) -> QueueState:
         tasks = {task_id: entry.materialize() for task_id, entry in self.live.items()}
+        dlq = {key: entry.build(key) for key, entry in self.dlq.items()}
         windows = {g: self._trimmed(t) for g, t in self.windows.items()}
         return from_tables(
-            tasks, self.dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid
+            tasks, dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid
         )
 
     # --- one record ---------------------------------------------------------------
@@ -96,19 +117,19 @@ class BulkFolder:
         if event in _TOMBSTONES:
             self.live.pop(_task_id(record), None)
         elif event in _UPSERTS:
-            task = task_from_record(record, order=self.n)
+            task_id, _ = require_ids(record)
             if event == ev.REQUEUED:
-                self.dlq.pop(str(record.get(ev.F_DLQ_KEY) or task.id), None)
-            self._upsert(task, record)
+                self.dlq.pop(str(record.get(ev.F_DLQ_KEY) or task_id), None)
+            self._upsert(task_id, record)
         elif event == ev.CLAIMED:
             self._claimed(record)
         elif event == ev.PROGRESSED:
             self._progressed(record)
         elif event == ev.DEAD_LETTERED:
-            task = replace(task_from_record(record, order=self.n), attempt=_attempt(record))
-            key = str(record.get(ev.F_DLQ_KEY) or task.id)
+            task_id, _ = require_ids(record)
+            key = str(record.get(ev.F_DLQ_KEY) or task_id)
             reason = str(record.get(ev.F_REASON) or ev.REASON_MAX_RETRIES)
-            self._dead_letter(task, key, reason, record_time(record))
+            self._dead_letter(task_id, record, key, reason, record_time(record), _attempt(record))
         elif event is None:
             self._snerdmq_line(record)
         else:
@@ -139,24 +160,27 @@ class BulkFolder:
     def _snerdmq_line(self, record: Mapping[str, Any]) -> None:
         task = task_from_record(record, order=self.n)
         if not record.get(ev.F_DELETED_AT):
-            self._upsert(task, record)
+            self._upsert(task.id, record)
         elif task.last_error and task.retry_count >= task.max_retries:
-            self._dead_letter(task, task.id, ev.REASON_MAX_RETRIES, None)
+            self._dead_letter(task.id, record, task.id, ev.REASON_MAX_RETRIES, None, attempt=0)
         else:
             self.live.pop(task.id, None)
 
-    def _upsert(self, task: Task, record: Mapping[str, Any]) -> None:
-        old = self.live.get(task.id)
+    def _upsert(self, task_id: str, record: Mapping[str, Any]) -> None:
+        old = self.live.get(task_id)
         attempt = _attempt(record)
         if old is not None:
             attempt = max(attempt, old.attempt)
-        self.live[task.id] = _Live(task, attempt)
+        self.live[task_id] = _Live(record, self.n, attempt)
 
-    def _dead_letter(self, task: Task, key: str, reason: str, at: float | None) -> None:
-        old = self.live.pop(task.id, None)
+    def _dead_letter(
+        self, task_id: str, record: Mapping[str, Any], key: str, reason: str,
+        at: float | None, attempt: int,
+    ) -> None:  # fmt: skip
+        old = self.live.pop(task_id, None)
         if old is not None:
-            task = replace(task, attempt=max(task.attempt, old.attempt))
-        self.dlq[key] = DeadLetter(key, task, reason, task.last_error, at)
+            attempt = max(attempt, old.attempt)
+        self.dlq[key] = _Dead(record, self.n, attempt, reason, at)
 
     def _claimed(self, record: Mapping[str, Any]) -> None:
         task_id = _task_id(record)

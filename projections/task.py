@@ -26,6 +26,7 @@ BLOCKED: Final = "blocked"  # waiting for DAG parents
 ACTIVE: Final = "active"  # claimed by a daemon
 
 _EMPTY: Final[Mapping[str, Any]] = pmap()
+_INFINITIES: Final = (math.inf, -math.inf)
 _parse_cached = functools.lru_cache(maxsize=4096)(parse_instant)
 _format_cached = functools.lru_cache(maxsize=4096)(format_instant)
 
@@ -89,46 +90,33 @@ def _opt_str(value: Any) -> str | None:
 
 
 def _number(value: Any, name: str, default: float) -> float:
-    if value is None:
-        return default
+    """A finite number, else ``default``: a bad optional field never loses a task
+    (``snerdmq replay --verify`` reports it)."""
     kind = type(value)
-    if kind is float or kind is int:
-        if value != value or value in (math.inf, -math.inf):
-            raise EventError(f"{name} must be finite, got {value!r}")
+    if (kind is float or kind is int) and value == value and value not in _INFINITIES:
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise EventError(f"{name} must be a number, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise EventError(f"{name} must be finite, got {value!r}")
-    return number
+    return default
 
 
 def _instant(value: Any, name: str) -> float | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    """Epoch seconds from an RFC 3339 string or a number; None when absent or bad."""
+    kind = type(value)
+    if kind is str and value:
+        try:
+            return _parse_cached(value)
+        except (EventError, ValueError, OverflowError):
+            return None
+    if (kind is float or kind is int) and value == value and value not in _INFINITIES:
         return float(value)
-    if isinstance(value, str):
-        return _parse_cached(value)
-    raise EventError(f"{name} must be an RFC 3339 time, got {value!r}")
+    return None
 
 
-def _execute_at(record: Mapping[str, Any]) -> float | None:
-    # We write executeAt = createdAt for tasks with no schedule (SnerdMQ always has
-    # one); reading it back as "no schedule" keeps the round trip exact.
-    raw = record.get(ev.F_EXECUTE_AT)
-    if raw is not None and raw == record.get(ev.F_CREATED_AT):
-        return None
-    return _instant(raw, ev.F_EXECUTE_AT)
-
-
-def _retry_after_time(record: Mapping[str, Any]) -> float | None:
-    # SnerdMQ requires retryAfterTime and sets it to the creation time; so do we.
-    raw = record.get(ev.F_RETRY_AFTER_TIME)
-    if raw is not None and raw == record.get(ev.F_CREATED_AT):
-        return None
-    return _instant(raw, ev.F_RETRY_AFTER_TIME)
+def _since_creation(record: Mapping[str, Any], key: str, created: float | None) -> float | None:
+    # We write executeAt / retryAfterTime = createdAt when a task has none (SnerdMQ
+    # requires both); an instant equal to the creation reads back as "none", so a
+    # line survives any number of read/write round trips unchanged.
+    instant = _instant(record.get(key), key)
+    return None if instant is not None and instant == created else instant
 
 
 def _last_error(record: Mapping[str, Any]) -> str | None:
@@ -141,11 +129,9 @@ def _last_error(record: Mapping[str, Any]) -> str | None:
 
 
 def _parents(value: Any) -> tuple[str, ...]:
-    if value is None:
+    if not isinstance(value, list | tuple):
         return ()
-    if not isinstance(value, list | tuple) or not all(isinstance(p, str) for p in value):
-        raise EventError(f"{ev.F_TRIGGER_AFTER_IDS} must be a list of task ids")
-    return tuple(value)
+    return tuple(p for p in value if isinstance(p, str))
 
 
 def _data(value: Any) -> str:
@@ -163,15 +149,26 @@ def _maybe_number(value: Any, name: str) -> float | None:
     return None if value is None else _number(value, name, 0.0)
 
 
-def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
-    """Read a full-state line. Raises EventError when a field is unusable."""
-    get = record.get
-    task_id = get(ev.F_TASK_ID)
-    task_type = get(ev.F_TASK_TYPE)
-    if not isinstance(task_id, str) or not task_id:
+def require_ids(record: Mapping[str, Any]) -> tuple[str, str]:
+    """(taskId, taskType) of a full-state line; EventError if either is unusable.
+
+    These are the only fields whose absence makes a line unusable: every other
+    field falls back to its default when it is missing or malformed.
+    """
+    task_id = record.get(ev.F_TASK_ID)
+    task_type = record.get(ev.F_TASK_TYPE)
+    if type(task_id) is not str or not task_id:
         raise EventError(f"{ev.F_TASK_ID} must be a non-empty string")
-    if not isinstance(task_type, str):
+    if type(task_type) is not str:
         raise EventError(f"{ev.F_TASK_TYPE} must be a string (task {task_id})")
+    return task_id, task_type
+
+
+def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
+    """Read a full-state line. Raises EventError only when :func:`require_ids` does."""
+    get = record.get
+    task_id, task_type = require_ids(record)
+    created = _instant(get(ev.F_CREATED_AT), ev.F_CREATED_AT)
     unknown = record.keys() - _KNOWN_FIELDS
     per_minute = _maybe_number(get(ev.F_MAX_PER_MINUTE), ev.F_MAX_PER_MINUTE)
     return Task(
@@ -182,8 +179,8 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
         retry_after_hours=_number(get(ev.F_RETRY_AFTER_HOURS), ev.F_RETRY_AFTER_HOURS, 0.0),
         retry_count=int(_number(get(ev.F_RETRY_COUNT), ev.F_RETRY_COUNT, 0)),
         urgency=_number(get(ev.F_URGENCY), ev.F_URGENCY, 0.0),
-        execute_at=_execute_at(record),
-        retry_after_time=_retry_after_time(record),
+        execute_at=_since_creation(record, ev.F_EXECUTE_AT, created),
+        retry_after_time=_since_creation(record, ev.F_RETRY_AFTER_TIME, created),
         cron=_opt_str(get(ev.F_CRON)),
         webhook_url=_opt_str(get(ev.F_WEBHOOK_URL)),
         max_execution_seconds=_maybe_number(
@@ -196,7 +193,7 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
         fingerprint=_opt_str(get(ev.F_FINGERPRINT)),
         parents=_parents(get(ev.F_TRIGGER_AFTER_IDS)),
         last_error=_last_error(record),
-        created_at=_instant(get(ev.F_CREATED_AT), ev.F_CREATED_AT),
+        created_at=created,
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
     )
