@@ -71,10 +71,11 @@ def pick_many(
     while len(out) < limit:
         best: tuple[tuple[float, int], tuple[str, str, str], Task] | None = None
         for lane, node in list(lanes.items()):
-            task = _valid_top(state, node)
+            task, node = _valid_top(state, node)
             if task is None:
                 del lanes[lane]
                 continue
+            lanes[lane] = node  # stale entries dropped: the pop below removes ``task``
             if not eligible(task) or not _has_slot(state, task, now, taken):
                 continue
             rank = (-task.urgency, task.order)
@@ -90,14 +91,15 @@ def pick_many(
     return out
 
 
-def _valid_top(state: QueueState, node: heap.Heap) -> Task | None:
+def _valid_top(state: QueueState, node: heap.Heap) -> tuple[Task | None, heap.Heap]:
+    """The lane's best READY task, and the lane without the stale entries above it."""
     while node is not None:
         _, order, task_id = heap.top(node)
         task = state.tasks.get(task_id)
         if task is not None and task.phase == READY and task.order == order:
-            return task
+            return task, node
         node = heap.pop(node)
-    return None
+    return None, None
 
 
 def _has_slot(state: QueueState, task: Task, now: float, taken: dict[str, int]) -> bool:
