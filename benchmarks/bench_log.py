@@ -266,7 +266,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _report(work: Path, args: argparse.Namespace) -> None:
-    print(f"event-log benchmarks (dir {work}, python {sys.version.split()[0]})")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"event-log benchmarks (dir {work}, python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs, load {load})"
+    )
     _report_appends(work, args)
     _report_replay(work, args)
 
