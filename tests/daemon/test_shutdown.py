@@ -141,3 +141,16 @@ async def test_client_close_drains_and_returns_the_exit_code(spawn) -> None:
     await wire.result("a")
     assert await asyncio.wait_for(closing, 10) == 0
     assert events_of(wire.storage, "a", "succeeded")
+
+
+async def test_stdin_eof_sends_no_new_executes_and_exits_promptly(spawn) -> None:
+    """After EOF nothing can answer: released attempts must not be claimed again here."""
+    wire = await spawn(register=("t",), workers=2, env={"SNERD_DRAIN_TIMEOUT": "30"})
+    for task_id in "abc":
+        await wire.ack(task_id)
+    await wire.expect_n("execute", 2)
+    await wire.client.close_stdin()
+    assert await exit_or_kill(wire, 5) == 0
+    assert not wire.taken("execute"), wire.taken("execute")
+    for task_id in "abc":
+        assert not [r for r in events_of(wire.storage, task_id, "claimed") if r["attempt"] > 1]
