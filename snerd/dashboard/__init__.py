@@ -2,11 +2,20 @@
 
 ``start_dashboard(engine, host=, port=, token=)`` serves it from any started engine;
 ``snerdmq dashboard STORAGE`` runs it on a read-only engine over a storage directory.
-aiohttp is imported only when this package is.
+aiohttp is imported only when the server is used (``snerd.dashboard.monitor`` and
+``.views`` stay light for the CLI).
 """
 
 from __future__ import annotations
 
-from snerd.dashboard.server import create_app, start_dashboard, url_of
+from typing import Any
 
 __all__ = ["create_app", "start_dashboard", "url_of"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from snerd.dashboard import server
+
+        return getattr(server, name)
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""The CLI subcommands of ``snerdmq``, one module each (registered in ``snerd.cli``)."""

@@ -1,0 +1,109 @@
+"""``snerdmq enqueue TYPE [DATA]``: add one task from a script or a smoke test."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from snerd.tools import kit
+
+_RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _when(value: str | None) -> Any:
+    """``--execute-at``: RFC 3339, epoch seconds, or ``+30s``/``+5m``/``+2h``/``+1d``."""
+    if value is None:
+        return None
+    match = _RELATIVE.match(value.strip())
+    if match:
+        return time.time() + float(match.group(1)) * _UNIT[match.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _data(data: str | None, raw: bool) -> Any:
+    if data == "-":
+        data = sys.stdin.read()
+    if data is None:
+        return None
+    if raw:
+        return data
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise click.BadParameter(
+            f"not valid JSON: {data[:60]!r} (use --raw to send text as is)", param_hint="DATA"
+        ) from None
+
+
+async def _enqueue(storage: Path, command: Any) -> Any:
+    async with kit.open_engine(storage, tool="enqueue") as engine:
+        return await engine.enqueue(command)
+
+
+@click.command("enqueue")
+@click.argument("task_type")
+@click.argument("data", required=False)
+@click.option("--id", "task_id", help="Task id (default: TYPE-<random>).")
+@click.option("--raw", is_flag=True, help="Send DATA as text, not JSON.")
+@click.option("--max-retries", type=click.IntRange(min=0), help="Retries after the first attempt.")
+@click.option("--retry-after-hours", type=float, help="Backoff before each retry (fractions ok).")
+@click.option("--urgency", type=float, help="Larger runs first.")
+@click.option("--execute-at", help="RFC 3339 time, epoch seconds, or +30s / +5m / +2h / +1d.")
+@click.option("--cron", help="Cron expression (5 fields, 6 with seconds first) or 30s/10m/2h/1d.")
+@click.option("--after", "parents", multiple=True, help="Parent task id (repeatable).")
+@click.option("--rate-group", help="Rate-limit group (needs --max-per-minute).")
+@click.option("--max-per-minute", type=click.IntRange(min=1), help="Dispatches per rolling 60 s.")
+@click.option("--dedupe", is_flag=True, help="Drop it if a live task has the same type and data.")
+@click.option("--webhook", help="POST the task to this URL instead of an SDK handler.")
+@click.option("--timeout", type=float, help="Hard timeout per attempt, in seconds.")
+@click.option("--pool", help="Worker pool name.")
+@kit.storage_option
+@kit.json_option
+def enqueue(task_type: str, data: str | None, task_id: str | None, raw: bool, storage: Path,
+            as_json: bool, **options: Any) -> None:  # fmt: skip
+    """Enqueue a task of TASK_TYPE with JSON DATA ('-' reads it from stdin).
+
+    The storage directory is created if needed. Exit 1 when the queue refuses the task
+    (its id is live or dead-lettered), 2 when an option is invalid.
+    """
+    from snerd.dispatcher import commands as cmds
+    from snerd.errors import ProtocolError
+    from snerd.rpc.protocol import parse_message
+
+    task_id = task_id or f"{task_type}-{uuid.uuid4().hex[:12]}"
+    fields = {
+        "max_retries": options["max_retries"], "retry_after_hours": options["retry_after_hours"],
+        "urgency_score": options["urgency"], "execute_at": _when(options["execute_at"]),
+        "cron": options["cron"], "trigger_after_ids": list(options["parents"]) or None,
+        "rate_limit_group": options["rate_group"], "max_per_minute": options["max_per_minute"],
+        "auto_dedupe": options["dedupe"] or None, "webhook_url": options["webhook"],
+        "max_execution_seconds": options["timeout"], "pool": options["pool"],
+    }  # fmt: skip
+    message = {"action": "enqueue", "task_id": task_id, "task_type": task_type,
+               "task_data": _data(data, raw)}  # fmt: skip
+    message.update({k: v for k, v in fields.items() if v is not None})
+    try:
+        command = parse_message(message)
+    except ProtocolError as exc:
+        kit.fail(exc.message, code=2)
+    outcome = kit.run(_enqueue(storage, command))
+    if isinstance(outcome, cmds.Refusal):
+        kit.fail(outcome.message)
+    duplicate = outcome.duplicate_of if isinstance(outcome, cmds.Deduplicated) else None
+    if as_json:
+        kit.emit_json({"ok": True, "task_id": task_id, "deduplicated_of": duplicate})
+    elif duplicate:
+        click.echo(f"deduplicated: a live task {duplicate} has the same type and data")
+    else:
+        click.echo(f"enqueued {task_id}")

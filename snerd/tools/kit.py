@@ -1,0 +1,132 @@
+"""Shared pieces of the CLI subcommands: storage options, the short-lived engine, output.
+
+Exit codes of every subcommand: 0 success, 1 the command was refused or failed
+(unknown id, storage missing or unreadable), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import orjson
+from rich.console import Console
+from rich.text import Text
+
+from snerd.errors import SnerdError
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_STORAGE = ".snerdata"
+STORAGE_ENV = "SNERD_STORAGE"
+
+STATE_STYLES = {
+    "pending": "bright_black",
+    "scheduled": "magenta",
+    "blocked": "yellow",
+    "active": "blue",
+    "dead_lettered": "red",
+    "completed": "green",
+    "cancelled": "bright_black",
+}
+
+
+def storage_argument(function: F) -> F:
+    """``[STORAGE]``: a storage dir (or its tasks.log); default $SNERD_STORAGE or .snerdata."""
+    return click.argument(
+        "storage", required=False, envvar=STORAGE_ENV, default=DEFAULT_STORAGE,
+        type=click.Path(path_type=Path),
+    )(function)  # fmt: skip
+
+
+def storage_option(function: F) -> F:
+    """``-s/--storage DIR`` for commands whose arguments are task ids."""
+    return click.option(
+        "-s", "--storage", envvar=STORAGE_ENV, default=DEFAULT_STORAGE, show_default=True,
+        type=click.Path(path_type=Path), help="Storage directory (or $SNERD_STORAGE).",
+    )(function)  # fmt: skip
+
+
+def json_option(function: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(function)
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A rich console on the current stdout/stderr; colours only on a terminal."""
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode())
+
+
+def styled_state(state: str) -> Text:
+    return Text(state.replace("_", " "), style=STATE_STYLES.get(state, ""))
+
+
+def existing_storage(storage: Path) -> Path:
+    """The storage dir of an existing queue; exit 1 with a clear message otherwise."""
+    from snerd.eventlog.layout import resolve
+
+    try:
+        layout = resolve(storage)
+    except SnerdError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not layout.log_path.exists():
+        raise click.ClickException(
+            f"no queue at {storage}: {layout.log_path} does not exist "
+            f"(pass the storage directory the daemon uses, default {DEFAULT_STORAGE})"
+        )
+    return layout.storage
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run the command's coroutine; package errors become exit 1 with their message."""
+    try:
+        return asyncio.run(coroutine)
+    except SnerdError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".strip()) from None
+
+
+def cli_daemon_id(tool: str) -> str:
+    return f"{tool}-{socket.gethostname()}-{os.getpid()}"
+
+
+def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
+    """An engine on ``storage`` that claims nothing (no executor accepts a task) and
+    never compacts by itself; the caller starts it and drains it."""
+    from snerd.dispatcher.engine import Engine, EngineConfig
+    from snerd.eventlog.filelog import FileLog
+
+    config = EngineConfig(
+        daemon_id=cli_daemon_id(tool), compact_min_bytes=1 << 62, housekeeping_seconds=3600.0
+    )
+    return Engine(FileLog(storage, follow=follow), executors=[], config=config)
+
+
+@contextlib.asynccontextmanager
+async def open_engine(storage: Path, *, tool: str) -> AsyncIterator[Any]:
+    """A short-lived :func:`make_engine`: replays the log, lets the command append
+    through it (cancel, requeue, purge, enqueue, compact), and closes the log on exit."""
+    engine = make_engine(storage, tool=tool)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.drain(0)
+
+
+def fail(message: str, *, code: int = 1) -> None:
+    """Print ``message`` on stderr and exit with ``code``."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)

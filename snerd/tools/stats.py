@@ -1,0 +1,133 @@
+"""``snerdmq stats [STORAGE]``: what is in the queue now, and what it has done.
+
+Read-only: folds the live log (no lock, no engine) and counts the full history
+(archives included) for totals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from snerd.tools import kit
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The queue as read from disk at one instant."""
+
+    storage: Path
+    state: Any  # QueueState
+    skipped: int
+    now: float
+
+
+def load(storage: Path) -> Snapshot:
+    """Fold the live log of an existing storage (exit 1 when there is none)."""
+    from snerd.eventlog.base import SkippedLine
+    from snerd.eventlog.history import read_records
+    from snerd.projections.replay import bulk_fold
+
+    storage = kit.existing_storage(storage)
+    skipped = 0
+
+    def records() -> Any:
+        nonlocal skipped
+        for item in read_records(storage):
+            if isinstance(item, SkippedLine):
+                skipped += item.reason != "incomplete"
+            else:
+                yield item
+
+    return Snapshot(storage, bulk_fold(records()), skipped, time.time())
+
+
+def collect(snap: Snapshot) -> dict[str, Any]:
+    """Everything ``stats`` reports, JSON-ready."""
+    from snerd.dashboard.monitor import scan
+    from snerd.dashboard.views import counts, rate_groups
+    from snerd.dispatcher.views import status_of
+    from snerd.eventlog.history import iter_history
+    from snerd.eventlog.layout import resolve
+
+    state, now = snap.state, snap.now
+    by_type: dict[str, Counter[str]] = {}
+    for task in state.tasks.values():
+        by_type.setdefault(task.type, Counter())[status_of(task, now)] += 1
+    for entry in state.dlq.values():
+        by_type.setdefault(entry.task.type, Counter())["dead_lettered"] += 1
+    figures = scan(iter_history(snap.storage), upto_seq=1 << 62, now=now)
+    layout = resolve(snap.storage)
+    return {
+        "storage": str(snap.storage),
+        "counts": counts(state, now),
+        "totals": {m: figures.totals.get(m, 0) for m in
+                   ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")},
+        "types": {t: dict(c) for t, c in sorted(by_type.items())},
+        "rate_groups": rate_groups(state, now),
+        "log": {
+            "path": str(layout.log_path),
+            "bytes": layout.log_path.stat().st_size,
+            "skipped_lines": snap.skipped,
+            "archives": len(layout.archive_files()),
+            "last_seq": state.last_seq,
+        },
+    }  # fmt: skip
+
+
+def render(data: dict[str, Any]) -> None:
+    out = kit.console()
+    out.print(f"[bold]Queue[/] {data['storage']}")
+    states = Table(title="Now", title_justify="left", show_edge=False)
+    states.add_column("state")
+    states.add_column("tasks", justify="right")
+    for state, n in data["counts"].items():
+        states.add_row(kit.styled_state(state), str(n))
+    out.print(states)
+    totals = Table(title="Since the log began", title_justify="left", show_edge=False)
+    for name in data["totals"]:
+        totals.add_column(name.replace("_", " "), justify="right")
+    totals.add_row(*(str(v) for v in data["totals"].values()))
+    out.print(totals)
+    if data["types"]:
+        columns = list(data["counts"])
+        types = Table(title="By type", title_justify="left", show_edge=False)
+        types.add_column("type")
+        for state in columns:
+            types.add_column(kit.styled_state(state), justify="right")
+        for name, per_state in data["types"].items():
+            types.add_row(name, *(str(per_state.get(s, 0) or "") for s in columns))
+        out.print(types)
+    if data["rate_groups"]:
+        groups = Table(title="Rate-limit groups (rolling 60 s)", title_justify="left",
+                       show_edge=False)  # fmt: skip
+        for column in ("group", "used", "limit", "waiting"):
+            groups.add_column(column, justify="left" if column == "group" else "right")
+        for g in data["rate_groups"]:
+            limit = "?" if g["maxPerMinute"] is None else str(g["maxPerMinute"])
+            groups.add_row(g["group"], str(g["used"]), limit, str(g["waiting"]))
+        out.print(groups)
+    log = data["log"]
+    out.print(
+        f"[dim]log {log['path']}: {log['bytes']:,} bytes, last seq {log['last_seq']}, "
+        f"{log['archives']} archive(s), {log['skipped_lines']} skipped line(s)[/]",
+        soft_wrap=True,
+    )
+
+
+@click.command("stats")
+@kit.storage_argument
+@kit.json_option
+def stats(storage: Path, as_json: bool) -> None:
+    """Counts per state, totals, per-type breakdown and rate-limit use of a queue."""
+    data = collect(load(storage))
+    if as_json:
+        kit.emit_json(data)
+    else:
+        render(data)
