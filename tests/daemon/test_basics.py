@@ -321,3 +321,18 @@ async def test_a_result_pinned_to_another_attempt_is_refused(daemon: Wire) -> No
     await daemon.result("a", attempt=1)
     await daemon.barrier()
     assert events_of(daemon.storage, "a", "succeeded")
+
+
+async def test_progress_sent_right_before_the_result_is_still_forwarded(daemon: Wire) -> None:
+    """§3.3: progress received while the attempt runs is echoed, even if the result follows
+    at once (the SDKs send the last progress and the result back to back)."""
+    await daemon.ack("a")
+    await daemon.expect("execute", task_id="a")
+    await daemon.raw(
+        b'{"action":"progress","task_id":"a","data":"last"}\n'
+        b'{"action":"result","task_id":"a","status":"success"}\n'
+    )
+    await daemon.logged("a", "succeeded")
+    assert events_of(daemon.storage, "a", "progress")[-1]["data"] == "last"
+    forwarded = await daemon.expect("progress", task_id="a", timeout=3)
+    assert forwarded["data"] == "last"
