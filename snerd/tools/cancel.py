@@ -15,8 +15,13 @@ async def _cancel(storage: Path, ids: tuple[str, ...]) -> list[dict[str, Any]]:
         results = []
         for task_id in ids:
             refusal = await engine.cancel(task_id)
-            results.append({"task_id": task_id, "ok": refusal is None,
-                            "error": None if refusal is None else refusal.message})  # fmt: skip
+            results.append(
+                {
+                    "task_id": task_id,
+                    "ok": refusal is None,
+                    "error": None if refusal is None else refusal.message,
+                }
+            )
         return results
 
 

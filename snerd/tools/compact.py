@@ -83,9 +83,13 @@ def compact(storage: Path, as_json: bool) -> None:
     """
     storage = kit.existing_storage(storage)
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-        console=kit.console(stderr=True), transient=True,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=kit.console(stderr=True),
+        transient=True,
+    )
     with progress:
         result = kit.run(_compact(storage, progress))
     if as_json:

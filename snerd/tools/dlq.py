@@ -38,10 +38,13 @@ def list_(storage: Path, as_json: bool) -> None:
         table.add_column(column, justify="right" if column == "retries" else "left")
     for row in rows:
         table.add_row(
-            row["dlqKey"], row["type"], row["reason"].replace("_", " "),
-            row["lastError"] or "", f"{row['retryCount']}/{row['maxRetries']}",
+            row["dlqKey"],
+            row["type"],
+            row["reason"].replace("_", " "),
+            row["lastError"] or "",
+            f"{row['retryCount']}/{row['maxRetries']}",
             row["deadLetteredAt"] or "",
-        )  # fmt: skip
+        )
     out.print(table)
     out.print(f"[dim]{len(rows)} dead-lettered task(s)[/]")
 
@@ -53,8 +56,13 @@ async def _apply(storage: Path, keys: Sequence[str], every: bool, action: str) -
         results = []
         for key in targets:
             refusal = await op(key)
-            results.append({"key": key, "ok": refusal is None,
-                            "error": None if refusal is None else refusal.message})  # fmt: skip
+            results.append(
+                {
+                    "key": key,
+                    "ok": refusal is None,
+                    "error": None if refusal is None else refusal.message,
+                }
+            )
         return results
 
 

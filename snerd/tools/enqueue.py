@@ -70,8 +70,15 @@ async def _enqueue(storage: Path, command: Any) -> Any:
 @click.option("--pool", help="Worker pool name.")
 @kit.storage_option
 @kit.json_option
-def enqueue(task_type: str, data: str | None, task_id: str | None, raw: bool, storage: Path,
-            as_json: bool, **options: Any) -> None:  # fmt: skip
+def enqueue(
+    task_type: str,
+    data: str | None,
+    task_id: str | None,
+    raw: bool,
+    storage: Path,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Enqueue a task of TASK_TYPE with JSON DATA ('-' reads it from stdin).
 
     The storage directory is created if needed. Exit 1 when the queue refuses the task
@@ -83,15 +90,25 @@ def enqueue(task_type: str, data: str | None, task_id: str | None, raw: bool, st
 
     task_id = task_id or f"{task_type}-{uuid.uuid4().hex[:12]}"
     fields = {
-        "max_retries": options["max_retries"], "retry_after_hours": options["retry_after_hours"],
-        "urgency_score": options["urgency"], "execute_at": _when(options["execute_at"]),
-        "cron": options["cron"], "trigger_after_ids": list(options["parents"]) or None,
-        "rate_limit_group": options["rate_group"], "max_per_minute": options["max_per_minute"],
-        "auto_dedupe": options["dedupe"] or None, "webhook_url": options["webhook"],
-        "max_execution_seconds": options["timeout"], "pool": options["pool"],
-    }  # fmt: skip
-    message = {"action": "enqueue", "task_id": task_id, "task_type": task_type,
-               "task_data": _data(data, raw)}  # fmt: skip
+        "max_retries": options["max_retries"],
+        "retry_after_hours": options["retry_after_hours"],
+        "urgency_score": options["urgency"],
+        "execute_at": _when(options["execute_at"]),
+        "cron": options["cron"],
+        "trigger_after_ids": list(options["parents"]) or None,
+        "rate_limit_group": options["rate_group"],
+        "max_per_minute": options["max_per_minute"],
+        "auto_dedupe": options["dedupe"] or None,
+        "webhook_url": options["webhook"],
+        "max_execution_seconds": options["timeout"],
+        "pool": options["pool"],
+    }
+    message = {
+        "action": "enqueue",
+        "task_id": task_id,
+        "task_type": task_type,
+        "task_data": _data(data, raw),
+    }
     message.update({k: v for k, v in fields.items() if v is not None})
     try:
         command = parse_message(message)

@@ -42,17 +42,25 @@ STATE_STYLES = {
 def storage_argument(function: F) -> F:
     """``[STORAGE]``: a storage dir (or its tasks.log); default $SNERD_STORAGE or .snerdata."""
     return click.argument(
-        "storage", required=False, envvar=STORAGE_ENV, default=DEFAULT_STORAGE,
+        "storage",
+        required=False,
+        envvar=STORAGE_ENV,
+        default=DEFAULT_STORAGE,
         type=click.Path(path_type=Path),
-    )(function)  # fmt: skip
+    )(function)
 
 
 def storage_option(function: F) -> F:
     """``-s/--storage DIR`` for commands whose arguments are task ids."""
     return click.option(
-        "-s", "--storage", envvar=STORAGE_ENV, default=DEFAULT_STORAGE, show_default=True,
-        type=click.Path(path_type=Path), help="Storage directory (or $SNERD_STORAGE).",
-    )(function)  # fmt: skip
+        "-s",
+        "--storage",
+        envvar=STORAGE_ENV,
+        default=DEFAULT_STORAGE,
+        show_default=True,
+        type=click.Path(path_type=Path),
+        help="Storage directory (or $SNERD_STORAGE).",
+    )(function)
 
 
 def json_option(function: F) -> F:

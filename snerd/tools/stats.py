@@ -67,8 +67,10 @@ def collect(snap: Snapshot) -> dict[str, Any]:
     return {
         "storage": str(snap.storage),
         "counts": counts(state, now),
-        "totals": {m: figures.totals.get(m, 0) for m in
-                   ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")},
+        "totals": {
+            m: figures.totals.get(m, 0)
+            for m in ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")
+        },
         "types": {t: dict(c) for t, c in sorted(by_type.items())},
         "rate_groups": rate_groups(state, now),
         "log": {
@@ -78,7 +80,7 @@ def collect(snap: Snapshot) -> dict[str, Any]:
             "archives": len(layout.archive_files()),
             "last_seq": state.last_seq,
         },
-    }  # fmt: skip
+    }
 
 
 def render(data: dict[str, Any]) -> None:
@@ -105,8 +107,9 @@ def render(data: dict[str, Any]) -> None:
             types.add_row(name, *(str(per_state.get(s, 0) or "") for s in columns))
         out.print(types)
     if data["rate_groups"]:
-        groups = Table(title="Rate-limit groups (rolling 60 s)", title_justify="left",
-                       show_edge=False)  # fmt: skip
+        groups = Table(
+            title="Rate-limit groups (rolling 60 s)", title_justify="left", show_edge=False
+        )
         for column in ("group", "used", "limit", "waiting"):
             groups.add_column(column, justify="left" if column == "group" else "right")
         for g in data["rate_groups"]:

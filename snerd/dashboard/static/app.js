@@ -5,6 +5,7 @@
 (() => {
   const STATES = ["pending", "scheduled", "blocked", "active", "dead_lettered", "completed", "cancelled"];
   const LIVE_CARDS = ["pending", "scheduled", "blocked", "active", "dead_lettered"];
+  const CARD_LABEL = { pending: "Pending", scheduled: "Scheduled", blocked: "Blocked", active: "Active", dead_lettered: "Dead-lettered" };
   const CANCELLABLE = new Set(["pending", "scheduled", "blocked"]);
   const view = document.getElementById("view");
   let current = null; // the rendered view: {onChanged(msg), onProgress(msg)}
@@ -110,22 +111,20 @@
       g.append(s("line", { class: "grid-line", x1: pad.l, x2: W - pad.r, y1: y(v), y2: y(v) }),
         s("text", { class: "axis", x: pad.l - 6, y: y(v) + 3, "text-anchor": "end" }, String(v)));
     }
-    const points = [];
     rows.forEach((r, i) => {
-      const x = pad.l + i * bw + bw * 0.18, w = bw * 0.64;
+      const x = pad.l + i * bw + bw * 0.12, w = bw * 0.36;
+      if (r.enqueued) g.append(s("rect", { class: "k-enqueued", x, width: w, y: y(r.enqueued), height: y(0) - y(r.enqueued), rx: 2 }));
       let base = 0;
       for (const [key, cls] of [["completed", "k-completed"], ["failed", "k-failed"], ["dead_lettered", "k-dead"]]) {
         if (!r[key]) continue;
-        g.append(s("rect", { class: cls, x, width: w, y: y(base + r[key]), height: y(base) - y(base + r[key]), rx: 2 }));
+        g.append(s("rect", { class: cls, x: x + w + bw * 0.04, width: w, y: y(base + r[key]), height: y(base) - y(base + r[key]), rx: 2 }));
         base += r[key];
       }
-      points.push(`${pad.l + i * bw + bw / 2},${y(r.enqueued)}`);
       if (i % 5 === rows.length % 5 || i === rows.length - 1) {
         const t = new Date(r.minute * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
         g.append(s("text", { class: "axis", x: pad.l + i * bw + bw / 2, y: H - 6, "text-anchor": "middle" }, t));
       }
     });
-    g.append(s("polyline", { class: "enq", points: points.join(" ") }));
     return h("div", { class: "chart body" }, g, h("div", { class: "legend" },
       ...[["k-completed", "completed"], ["k-failed", "failed attempts"], ["k-dead", "dead-lettered"], ["k-enqueued", "enqueued"]]
         .map(([cls, text]) => h("span", {}, h("i", { class: cls }), text))));
@@ -163,7 +162,7 @@
       put(body,
         h("div", { class: "grid cards" }, LIVE_CARDS.map((state) =>
           h("a", { class: "card", href: `#/tasks?state=${state}`, "data-state": state },
-            h("div", { class: "n", text: st.counts[state] ?? 0 }), h("div", { class: "l", text: label(state) })))),
+            h("div", { class: "n", text: st.counts[state] ?? 0 }), h("div", { class: "l", text: CARD_LABEL[state] })))),
         h("div", { class: "totals" }, h("span", {}, h("b", { text: t.enqueued }), " enqueued"), h("span", {}, h("b", { text: t.completed }), " completed"),
           h("span", {}, h("b", { text: t.failed }), " failed attempts"), h("span", {}, h("b", { text: t.dead_lettered }), " dead-lettered"),
           h("span", {}, h("b", { text: t.cancelled }), " cancelled"), h("span", { text: `(${scope})` })),
@@ -291,7 +290,8 @@
   }
 
   function prop(name, value) {
-    return value === null || value === undefined || value === "" ? null : h("div", {}, h("dt", { text: name }), h("dd", {}, value));
+    const wide = name === "Parents" || name === "Children" || name === "Last error";
+    return value === null || value === undefined || value === "" ? null : h("div", { class: wide ? "wide" : null }, h("dt", { text: name }), h("dd", {}, value));
   }
 
   function renderTask(id) {
