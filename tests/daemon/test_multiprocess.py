@@ -7,7 +7,7 @@ import collections
 import time
 from typing import Any
 
-from daemonkit import Wire, events_of, read_log
+from daemonkit import events_of, read_log
 
 FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.1"}
 
@@ -73,8 +73,11 @@ async def test_tasks_enqueued_by_one_daemon_are_shared_with_the_others(spawn) ->
     n = 100
     await asyncio.gather(*(producer.client.enqueue(f"p{i}", "t") for i in range(n)))
     await wait_until(lambda: len(executed) >= n, 60, f"{n} executions")
-    await asyncio.sleep(0.2)  # any duplicate would show up here
     assert sorted(t for _, t in executed) == sorted(f"p{i}" for i in range(n))
+    claims = collections.Counter(
+        r["taskId"] for r in read_log(producer.storage) if r.get("event") == "claimed"
+    )  # each task claimed once: no second execute can be on its way
+    assert set(claims.values()) == {1} and len(claims) == n
     assert len({index for index, _ in executed}) == 2
 
 

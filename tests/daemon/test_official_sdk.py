@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import os
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ class FakeSocket:
 
 def binary(tmp_path: Path) -> str:
     """The console script if installed into this venv, else a shim that execs the daemon."""
-    script = Path(os.environ.get("VIRTUAL_ENV", "/nonexistent")) / "bin" / "snerdmq"
+    script = Path(sys.executable).parent / "snerdmq"
     try:
         import snerd.cli  # noqa: F401  (the console script needs it)
     except ImportError:
