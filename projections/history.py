@@ -1,0 +1,374 @@
+"""The audit fold: every task's history, read from the log (pure; for the replay tool).
+
+:func:`audit` folds records with the queue's own incremental fold (:class:`Folder`),
+so a task's state after each record is exactly what the dispatcher saw, and keeps
+per task the list of :class:`Transition` s plus a final state. Unlike the queue
+projection it remembers finished tasks: memory grows with the number of task ids,
+which is fine for an audit tool and wrong for a daemon.
+
+States are the user-facing ones (``STATES``): ``pending`` (READY, or DELAYED whose
+time has come), ``scheduled`` (DELAYED, time still ahead), ``blocked``, ``active``,
+``completed``, ``dead_lettered``, ``cancelled``. Whether a delayed task is pending
+or scheduled depends on an instant: the record's ``ts`` during the fold, and the
+``now`` argument for the final state.
+
+A ``check`` callable (a policy, kept out of this module) may look at each record
+with what the fold knew just before it (:class:`Before`) and name problems; records
+the fold cannot use are always listed as problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from snerd.projections import events as ev
+from snerd.projections.apply import Folder, record_time
+from snerd.projections.delta import DeltaBuilder
+from snerd.projections.state import QueueState, empty, from_tables
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, Task
+
+PENDING: Final = "pending"
+SCHEDULED: Final = "scheduled"
+BLOCKED_STATE: Final = "blocked"
+ACTIVE_STATE: Final = "active"
+COMPLETED: Final = "completed"
+DEAD_LETTERED: Final = "dead_lettered"
+CANCELLED: Final = "cancelled"
+STATES: Final = (
+    PENDING,
+    SCHEDULED,
+    BLOCKED_STATE,
+    ACTIVE_STATE,
+    COMPLETED,
+    DEAD_LETTERED,
+    CANCELLED,
+)
+ENDED: Final = frozenset({COMPLETED, DEAD_LETTERED, CANCELLED})
+
+SNERDMQ_UPSERT: Final = "snerdmq:upsert"  # the event name shown for a SnerdMQ state line
+SNERDMQ_DELETED: Final = "snerdmq:deleted"  # ... and for one with deletedAt
+
+_ENDINGS: Final = {
+    ev.SUCCEEDED: COMPLETED,
+    ev.CANCELLED: CANCELLED,
+    ev.DEAD_LETTERED: DEAD_LETTERED,
+    ev.PURGED: DEAD_LETTERED,  # purged from the DLQ: it still ended as a failure
+    SNERDMQ_DELETED: COMPLETED,  # unless the fold dead-lettered it (checked first)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One record's effect on one task. Times are epoch seconds."""
+
+    event: str
+    seq: int | None
+    ts: float | None
+    daemon: str | None
+    attempt: int | None
+    reason: str | None
+    error: str | None
+    state: str  # the task's state right after this record
+
+
+@dataclass(slots=True)
+class TaskHistory:
+    """Everything the log says about one task id (or one DLQ key)."""
+
+    id: str
+    type: str | None = None
+    transitions: list[Transition] = field(default_factory=list)
+    history_len: int = 0  # counted even when transitions are not kept
+    state: str | None = None
+    attempts: int = 0  # the highest attempt number the log shows
+    last_error: str | None = None  # the last error any of its records carried
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something a correct log would not contain. ``index`` counts records from 1."""
+
+    index: int
+    seq: int | None
+    task_id: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Before:
+    """What the fold knew just before a record: what a :data:`Checker` may look at."""
+
+    task: Task | None  # the record's task, if live
+    dlq: Container[str]  # the DLQ's keys
+    ended: str | None  # the task's final state if it had already ended
+    in_snapshot: bool  # the record is a compaction's snapshot header or block
+
+
+Checker = Callable[[Mapping[str, Any], Before], Iterable[str]]
+"""Names the problems of one record (an empty iterable when there are none)."""
+
+
+@dataclass(slots=True)
+class History:
+    """The result of :func:`audit`."""
+
+    tasks: dict[str, TaskHistory]
+    state: QueueState  # the queue projection after the last record
+    events: int  # records folded
+    invalid: int  # records the fold could not use
+    problems: list[Problem]
+
+    def counts(self) -> dict[str, int]:
+        """Task ids per final state, every state present."""
+        out = dict.fromkeys(STATES, 0)
+        for history in self.tasks.values():
+            if history.state is not None:
+                out[history.state] += 1
+        return out
+
+
+def live_state(task: Task, now: float | None) -> str:
+    """The user-facing state of a live task as of ``now`` (None: no clock known)."""
+    if task.phase == ACTIVE:
+        return ACTIVE_STATE
+    if task.phase == BLOCKED:
+        return BLOCKED_STATE
+    if task.phase == DELAYED and (now is None or (task.not_before or 0.0) > now):
+        return SCHEDULED
+    return PENDING
+
+
+def record_error(record: Mapping[str, Any]) -> str | None:
+    """The error a record carries: LastJobError (object or text), else LastErrorObj."""
+    value = record.get(ev.F_LAST_ERROR)
+    if isinstance(value, dict):
+        value = value.get("error")
+    if value is None:
+        value = record.get(ev.F_LAST_ERROR_TEXT)
+    return None if value is None else str(value)
+
+
+def _event_name(record: Mapping[str, Any]) -> str:
+    event = record.get(ev.F_EVENT)
+    if event is None:
+        return SNERDMQ_DELETED if record.get(ev.F_DELETED_AT) else SNERDMQ_UPSERT
+    return str(event)
+
+
+def _subject(record: Mapping[str, Any]) -> str | None:
+    """The task id a record is about (a purge may name only its DLQ key)."""
+    for name in (ev.F_TASK_ID, ev.F_DLQ_KEY):
+        value = record.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class Audit:
+    """Feed records in order, then :meth:`finish`. ``keep(task_id)`` says whose
+    transitions to store (all by default); counts and final states are always kept."""
+
+    def __init__(
+        self,
+        *,
+        keep: Callable[[str], bool] | None = None,
+        check: Checker | None = None,
+        rebuild_every: int = 1 << 16,
+    ) -> None:
+        self.folder = Folder(empty())
+        self.tasks: dict[str, TaskHistory] = {}
+        self.problems: list[Problem] = []
+        self.events = 0
+        self.keep = keep
+        self.check = check
+        self.clock: float | None = None  # the last ts seen, in seconds
+        self.snapshot_left = 0  # records of a snapshot block still to come
+        self.rebuild_every = rebuild_every  # records between rebuilds of the fold's heaps
+
+    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for record in records:
+            self.add(record)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        self.events += 1
+        at = record_time(record)
+        if at is not None:
+            self.clock = at
+        in_snapshot = self._snapshot_block(record)
+        subject = _subject(record)
+        if self.check is not None:
+            self._check(record, subject, in_snapshot)
+        invalid = self.folder.invalid
+        self.folder.apply(record)
+        if self.folder.invalid > invalid:
+            self._problem(record, subject, "unusable record: skipped by the fold")
+        elif subject is not None:
+            self._note(record, subject)
+        self.folder.delta = DeltaBuilder()
+        if self.events % self.rebuild_every == 0:
+            self._rebuild()
+
+    def finish(self, now: float | None = None) -> History:
+        """The histories with final states as of ``now`` (default: the last ``ts``)."""
+        state, _ = self.folder.finish()
+        now = self.clock if now is None else now
+        for task_id, history in self.tasks.items():
+            task = state.tasks.get(task_id)
+            if task is not None:
+                history.state = live_state(task, now)
+            elif task_id in state.dlq:
+                history.state = DEAD_LETTERED
+        return History(self.tasks, state, self.events, state.invalid, self.problems)
+
+    # --- one record -------------------------------------------------------------------
+
+    def _snapshot_block(self, record: Mapping[str, Any]) -> bool:
+        """Whether ``record`` belongs to a compaction's snapshot (header included)."""
+        if record.get(ev.F_EVENT) == ev.SNAPSHOT:
+            count = _int(record.get("records"))
+            self.snapshot_left = max(count or 0, 0)
+            return True
+        if self.snapshot_left > 0:
+            self.snapshot_left -= 1
+            return True
+        return False
+
+    def _check(self, record: Mapping[str, Any], subject: str | None, in_snapshot: bool) -> None:
+        assert self.check is not None
+        history = self.tasks.get(subject) if subject is not None else None
+        ended = history.state if history is not None and history.state in ENDED else None
+        task = self.folder.tasks.get(subject) if subject is not None else None
+        before = Before(task, self.folder.dlq, ended, in_snapshot)
+        for message in self.check(record, before):
+            self._problem(record, subject, message)
+
+    def _problem(self, record: Mapping[str, Any], subject: str | None, message: str) -> None:
+        seq = _int(record.get(ev.F_SEQ))
+        self.problems.append(Problem(self.events, seq, subject, message))
+
+    def _note(self, record: Mapping[str, Any], subject: str) -> None:
+        event = _event_name(record)
+        history = self.tasks.get(subject)
+        if history is None:
+            if record.get(ev.F_EVENT) in ev.LIGHT_EVENTS or event == ev.PURGED:
+                return  # a light event about an id never seen: nothing to attach it to
+            history = self.tasks[subject] = TaskHistory(subject)
+        state = self._state_of(subject, event, history.state)
+        self._append(history, record, event, state)
+        key = _str(record.get(ev.F_DLQ_KEY))
+        if event == ev.DEAD_LETTERED and key is not None and key != subject:
+            entry = self.tasks.setdefault(key, TaskHistory(key))
+            self._append(entry, record, event, DEAD_LETTERED)
+        self._side_effects(record, subject, key, event)
+
+    def _append(
+        self, history: TaskHistory, record: Mapping[str, Any], event: str, state: str
+    ) -> None:
+        error = record_error(record)
+        attempt = _int(record.get(ev.F_ATTEMPT))
+        task = self.folder.tasks.get(history.id)
+        # SnerdMQ's lines record no claims: their retryCount is the best lower bound.
+        retries = _int(record.get(ev.F_RETRY_COUNT)) if event.startswith("snerdmq") else None
+        history.attempts = max(
+            history.attempts, attempt or 0, task.attempt if task else 0, retries or 0
+        )
+        history.type = _str(record.get(ev.F_TASK_TYPE)) or history.type
+        history.last_error = error or history.last_error
+        history.state = state
+        history.history_len += 1
+        if self.keep is None or self.keep(history.id):
+            history.transitions.append(
+                Transition(
+                    event=event,
+                    seq=_int(record.get(ev.F_SEQ)),
+                    ts=record_time(record),
+                    daemon=_str(record.get(ev.F_DAEMON)),
+                    attempt=attempt,
+                    reason=_str(record.get(ev.F_REASON)),
+                    error=error,
+                    state=state,
+                )
+            )
+
+    def _state_of(self, task_id: str, event: str, previous: str | None) -> str:
+        task = self.folder.tasks.get(task_id)
+        if task is not None:
+            return live_state(task, self.clock)
+        if task_id in self.folder.dlq:
+            return DEAD_LETTERED
+        return _ENDINGS.get(event) or previous or COMPLETED
+
+    def _side_effects(
+        self, record: Mapping[str, Any], subject: str, key: str | None, event: str
+    ) -> None:
+        """Tasks whose state this record changed without naming them (DAG children)."""
+        delta = self.folder.delta
+        moved = dict.fromkeys([*delta.ready, *delta.delayed, *delta.blocked])
+        doomed = set(delta.doomed)
+        for task_id in moved:
+            history = self.tasks.get(task_id)
+            task = self.folder.tasks.get(task_id)
+            if task_id in (subject, key) or history is None or task is None:
+                continue
+            state = live_state(task, self.clock)
+            if state == history.state:
+                continue
+            name = "blocked" if state == BLOCKED_STATE else "unblocked"
+            why = "a parent was dead-lettered" if task_id in doomed else f"{event} of {subject}"
+            cause = {k: record[k] for k in (ev.F_SEQ, ev.F_TS, ev.F_DAEMON) if k in record}
+            self._append(history, {**cause, ev.F_REASON: why}, name, state)
+
+    def _rebuild(self) -> None:
+        """Drop the stale heap entries an incremental fold accumulates (same state)."""
+        state, _ = self.folder.finish()
+        fresh = from_tables(
+            state.tasks, state.dlq, state.windows,
+            n=state.n, last_seq=state.last_seq, invalid=state.invalid,
+        )  # fmt: skip
+        self.folder = Folder(fresh)
+
+
+def audit(
+    records: Iterable[Mapping[str, Any]],
+    now: float | None = None,
+    *,
+    keep: Callable[[str], bool] | None = None,
+    check: Checker | None = None,
+) -> History:
+    """Every task's history from ``records``; final states as of ``now``."""
+    auditor = Audit(keep=keep, check=check)
+    auditor.feed(records)
+    return auditor.finish(now)
+
+
+def until(records: Iterable[Mapping[str, Any]], at: float) -> Iterator[Mapping[str, Any]]:
+    """The records with ``ts <= at``; a record without ``ts`` inherits the last one seen
+    (records before any ``ts`` count as early)."""
+    clock: float | None = None
+    for record in records:
+        seen = record_time(record)
+        if seen is not None:
+            clock = seen
+        if clock is None or clock <= at:
+            yield record
+
+
+def state_at(
+    records: Iterable[Mapping[str, Any]],
+    at: float,
+    *,
+    keep: Callable[[str], bool] | None = None,
+    check: Checker | None = None,
+) -> History:
+    """The histories as they stood at instant ``at`` (see :func:`until`)."""
+    return audit(until(records, at), at, keep=keep, check=check)
