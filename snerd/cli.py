@@ -1,0 +1,91 @@
+"""The ``snerdmq`` console script: the daemon, or a subcommand.
+
+``snerdmq [STORAGE_DIR]`` runs the daemon, exactly as the SnerdMQ SDKs spawn it, so
+anything that is not a known subcommand (no argument, or a storage path) goes to
+:func:`snerd.rpc.daemon.main`. That path imports neither click nor rich: the SDKs
+wait for the daemon, and every millisecond of start-up is theirs.
+
+Subcommands live one per module under ``snerd/tools/``, each exposing a click
+command; :data:`SUBCOMMANDS` registers them by name and they are imported only when
+run (or listed by ``--help``). To add one: write the module, add a line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+SUBCOMMANDS: Final[dict[str, str]] = {
+    "replay": "snerd.tools.replay:replay",
+    "stats": "snerd.tools.stats:stats",
+    "dlq": "snerd.tools.dlq:dlq",
+    "cancel": "snerd.tools.cancel:cancel",
+    "compact": "snerd.tools.compact:compact",
+    "enqueue": "snerd.tools.enqueue:enqueue",
+    "dashboard": "snerd.tools.dashboard:dashboard",
+    "demo": "snerd.tools.demo:demo",
+}
+"""Subcommand name -> ``module:attribute`` of its click command."""
+
+CLI_FLAGS: Final = frozenset({"--help", "-h", "--version"})
+
+
+def available(name: str) -> bool:
+    """Whether subcommand ``name`` is registered and its module exists (not imported)."""
+    target = SUBCOMMANDS.get(name)
+    if target is None:
+        return False
+    return importlib.util.find_spec(target.partition(":")[0]) is not None
+
+
+def is_subcommand(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (without the program name) asks for the CLI, not the daemon."""
+    return bool(argv) and (argv[0] in CLI_FLAGS or available(argv[0]))
+
+
+def load(name: str) -> Any:
+    """The click command registered as ``name``."""
+    module, _, attribute = SUBCOMMANDS[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def build_cli() -> Any:
+    """The click group over every available subcommand (imports click)."""
+    import click
+
+    from snerd import __version__
+
+    class LazyGroup(click.Group):
+        def list_commands(self, ctx: click.Context) -> list[str]:
+            return sorted(name for name in SUBCOMMANDS if available(name))
+
+        def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+            return load(cmd_name) if available(cmd_name) else None
+
+    @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(__version__, prog_name="snerdmq")
+    def cli() -> None:
+        """snerdmq: an embedded, event-sourced background-job queue.
+
+        Without a subcommand, `snerdmq [STORAGE_DIR]` runs the daemon that the
+        SnerdMQ SDKs spawn (NDJSON over stdin/stdout).
+        """
+
+    return cli
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point: dispatch to a subcommand, else run the daemon."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not is_subcommand(args):
+        from snerd.rpc.daemon import main as daemon_main
+
+        sys.exit(daemon_main(args))
+    build_cli().main(args=args, prog_name="snerdmq")
+
+
+if __name__ == "__main__":
+    main()

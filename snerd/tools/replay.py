@@ -1,0 +1,297 @@
+"""``snerdmq replay PATH``: the audit trail of a queue, read from its log.
+
+PATH is a storage directory (its archives oldest first, then the live log, each
+record once: :func:`snerd.eventlog.iter_history`) or a single log file. The records
+go through :mod:`snerd.projections.history`, the same fold the daemon runs, so the
+states shown are the ones the dispatcher saw. Read-only: no lock, no engine.
+
+Exit codes: 0 ok, 1 ``--verify`` found problems, 2 bad usage, a path that does not
+exist or holds no log, or an unknown ``--task``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from snerd.eventlog.base import Record, SkippedLine
+from snerd.projections.history import Audit, History, Problem, TaskHistory, until
+from snerd.projections.schedule import format_instant
+from snerd.tools import kit
+from snerd.tools.replay_checks import Verifier
+
+PROGRESS_LINES = 100_000  # show a progress bar above this many lines (on a terminal)
+PROGRESS_MIN_BYTES = 4 << 20  # below this, do not even count lines
+
+
+class UsageProblem(Exception):
+    """Bad usage or an unusable PATH: exit 2 with this message."""
+
+
+@dataclass(slots=True)
+class Source:
+    """Where the records come from, and the lines that had to be skipped."""
+
+    path: Path
+    files: list[Path]
+    skipped: list[SkippedLine] = field(default_factory=list)
+
+    def items(self) -> Iterator[Record | SkippedLine]:
+        from snerd.eventlog.history import iter_history, read_records
+
+        if self.path.is_dir():
+            return iter_history(self.path)
+        return read_records(self.path)
+
+    def records(self) -> Iterator[Record]:
+        """Every record in order; skipped lines are kept in ``skipped``."""
+        from snerd.errors import LogError
+
+        try:
+            for item in self.items():
+                if isinstance(item, SkippedLine):
+                    self.skipped.append(item)
+                else:
+                    yield item
+        except LogError as exc:
+            raise UsageProblem(str(exc)) from None
+
+
+def open_source(path: Path) -> Source:
+    """The log(s) at ``path``; raises UsageProblem when there is nothing to read."""
+    from snerd.errors import LogError
+    from snerd.eventlog.history import history_files
+
+    if not path.exists():
+        raise UsageProblem(f"{path} does not exist")
+    if path.is_file():
+        return Source(path, [path])
+    try:
+        files = history_files(path)
+    except LogError as exc:
+        raise UsageProblem(str(exc)) from None
+    if not files:
+        raise UsageProblem(f"no log in {path} (expected {path / 'tasks' / 'tasks.log'})")
+    return Source(path, files)
+
+
+def parse_at(text: str | None) -> float | None:
+    from snerd.errors import EventError
+    from snerd.projections.schedule import parse_instant
+
+    if text is None:
+        return None
+    try:
+        return parse_instant(text)
+    except EventError as exc:
+        raise UsageProblem(f"--at: {exc}") from None
+
+
+# --- the replay -----------------------------------------------------------------------
+
+
+def count_lines(files: list[Path]) -> int:
+    total = 0
+    for path in files:
+        with open(path, "rb") as f:
+            while chunk := f.read(8 << 20):
+                total += chunk.count(b"\n")
+    return total
+
+
+def _with_progress(records: Iterator[Record], total: int) -> Iterator[Record]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=kit.console(stderr=True), transient=True) as progress:
+        bar = progress.add_task("replay", total=total)
+        for n, record in enumerate(records, 1):
+            if n % 16384 == 0:
+                progress.update(bar, completed=n)
+            yield record
+
+
+def progress_total(source: Source) -> int | None:
+    """The line count for a progress bar, or None when no bar is due."""
+    if not sys.stderr.isatty():
+        return None
+    if sum(p.stat().st_size for p in source.files) < PROGRESS_MIN_BYTES:
+        return None
+    lines = count_lines(source.files)
+    return lines if lines > PROGRESS_LINES else None
+
+
+def run_replay(
+    source: Source, *, task: str | None, at: float | None, verify: bool, now: float
+) -> History:
+    """Fold the source through the audit fold (the whole history, or until ``at``)."""
+    records = source.records()
+    total = progress_total(source)
+    if total is not None:
+        records = _with_progress(records, total)
+    keep = (lambda task_id: task_id == task) if task is not None else (lambda _: False)
+    auditor = Audit(keep=keep, check=Verifier() if verify else None)
+    auditor.feed(records if at is None else until(records, at))
+    return auditor.finish(now if at is None else at)
+
+
+# --- output ---------------------------------------------------------------------------
+
+
+def summary(history: History, source: Source) -> dict[str, Any]:
+    """The ``--json`` object: one entry per task id, counts per state, totals."""
+    tasks = {
+        task_id: {
+            "state": h.state,
+            "attempts": h.attempts,
+            "last_error": h.last_error,
+            "type": h.type,
+            "history_len": h.history_len,
+        }
+        for task_id, h in history.tasks.items()
+    }
+    return {
+        "tasks": tasks,
+        "counts": history.counts(),
+        "skipped_lines": len(source.skipped),
+        "events": history.events,
+    }
+
+
+def transition_rows(entry: TaskHistory) -> list[dict[str, Any]]:
+    return [
+        {
+            "event": t.event,
+            "seq": t.seq,
+            "time": None if t.ts is None else format_instant(t.ts),
+            "daemon": t.daemon,
+            "attempt": t.attempt,
+            "reason": t.reason,
+            "error": t.error,
+            "state": t.state,
+        }
+        for t in entry.transitions
+    ]
+
+
+def problem_rows(history: History, source: Source) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = [
+        {"where": f"byte {s.offset}", "task": None, "problem": _skipped_text(s)}
+        for s in source.skipped
+    ]
+    rows.extend(_problem_row(p) for p in history.problems)
+    return rows
+
+
+def _skipped_text(line: SkippedLine) -> str:
+    raw = line.raw[:60].decode("utf-8", "replace")
+    why = {"incomplete": "incomplete last line (torn, or a write in progress)"}
+    return f"skipped line ({why.get(line.reason, line.reason)}): {raw!r}"
+
+
+def _problem_row(problem: Problem) -> dict[str, Any]:
+    where = f"record {problem.index}" + ("" if problem.seq is None else f" (seq {problem.seq})")
+    return {"where": where, "task": problem.task_id, "problem": problem.message}
+
+
+def render_summary(history: History, source: Source, at: float | None) -> None:
+    out = kit.console()
+    when = f" as of {format_instant(at)}" if at is not None else ""
+    files = f" ({len(source.files)} files)" if len(source.files) > 1 else ""
+    out.print(
+        f"[bold]Replayed[/] {history.events:,} events from {source.path}{files}{when}: "
+        f"{len(source.skipped)} skipped line(s), {history.invalid} unusable record(s)",
+        soft_wrap=True,
+    )
+    table = Table(show_edge=False)
+    table.add_column("state")
+    table.add_column("tasks", justify="right")
+    for state, n in history.counts().items():
+        table.add_row(kit.styled_state(state), str(n))
+    out.print(table)
+
+
+def render_task(entry: TaskHistory) -> None:
+    out = kit.console()
+    error = f"; last error: {entry.last_error}" if entry.last_error else ""
+    out.print(
+        f"[bold]Task {entry.id}[/] ({entry.type or '?'}): {entry.state}, "
+        f"{entry.attempts} attempt(s){error}",
+        soft_wrap=True,
+    )
+    table = Table(show_edge=False)
+    for column in ("time", "seq", "event", "state", "daemon", "attempt", "reason / error"):
+        table.add_column(column)
+    for row in transition_rows(entry):
+        detail = " / ".join(x for x in (row["reason"], row["error"]) if x)
+        table.add_row(
+            row["time"] or "", _opt(row["seq"]), row["event"], kit.styled_state(row["state"]),
+            row["daemon"] or "", _opt(row["attempt"]), detail,
+        )  # fmt: skip
+    out.print(table)
+
+
+def render_problems(rows: list[dict[str, Any]]) -> None:
+    out = kit.console()
+    if not rows:
+        out.print("[green]Verified:[/] no problems found.")
+        return
+    out.print(f"[red]{len(rows)} problem(s):[/]")
+    table = Table(show_edge=False)
+    for column in ("where", "task", "problem"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["where"], row["task"] or "", row["problem"])
+    out.print(table)
+
+
+def _opt(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+# --- the command ------------------------------------------------------------------------
+
+
+@click.command("replay")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--task", "task_id", metavar="ID", help="Show this task's full history.")
+@click.option("--at", "at_text", metavar="TIME", help="The state as of this RFC 3339 instant.")
+@click.option("--verify", is_flag=True, help="Check integrity; exit 1 if problems are found.")
+@kit.json_option
+def replay(
+    path: Path, task_id: str | None, at_text: str | None, verify: bool, as_json: bool
+) -> None:
+    """Replay the log at PATH (a storage directory or a log file) and report."""
+    try:
+        at = parse_at(at_text)
+        source = open_source(path)
+        history = run_replay(source, task=task_id, at=at, verify=verify, now=time.time())
+        entry = history.tasks.get(task_id) if task_id is not None else None
+        if task_id is not None and entry is None:
+            raise UsageProblem(f"no task {task_id!r} in {path}")
+    except UsageProblem as exc:
+        kit.fail(str(exc), code=2)
+        return
+    problems = problem_rows(history, source) if verify else []
+    if as_json:
+        data = summary(history, source)
+        if entry is not None:
+            data["history"] = transition_rows(entry)
+        if verify:
+            data["problems"] = problems
+        kit.emit_json(data)
+    else:
+        render_summary(history, source, at)
+        if entry is not None:
+            render_task(entry)
+        if verify:
+            render_problems(problems)
+    if problems:
+        sys.exit(1)

@@ -1,0 +1,250 @@
+"""What ``snerdmq replay --verify`` calls a problem in a record (pure policy).
+
+Three kinds, matching ``specs/log-format.md``: a field of the wrong type or range
+(the fold reads it as absent, so the task silently loses it), a required field
+missing, and a transition no correct writer produces (a claim of an unknown task, an
+outcome without an active claim, ``seq`` going backwards...). SnerdMQ's own state
+lines (no ``event``) get only the field checks: their writer knows no claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from snerd.errors import EventError
+from snerd.projections import events as ev
+from snerd.projections.apply import MAX_MS
+from snerd.projections.history import Before
+from snerd.projections.schedule import parse_instant
+from snerd.projections.task import ACTIVE, BLOCKED
+
+Rule = tuple[Callable[[Any], bool], str]
+
+
+def _int_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda v: type(v) is int and v >= low
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _text(v: Any) -> bool:
+    return type(v) is str
+
+
+def _name(v: Any) -> bool:
+    return type(v) is str and v != ""
+
+
+def _ms(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= MAX_MS
+
+
+def _instant(v: Any) -> bool:
+    if type(v) is not str:
+        return False
+    try:
+        parse_instant(v)
+    except EventError:
+        return False
+    return True
+
+
+def _last_error(v: Any) -> bool:
+    return type(v) is str or (type(v) is dict and type(v.get("error")) is str)
+
+
+_INSTANT: Final[Rule] = (_instant, "an RFC 3339 time")
+_TEXT: Final[Rule] = (_text, "a string")
+_NAME: Final[Rule] = (_name, "a non-empty string")
+
+FIELD_RULES: Final[dict[str, Rule]] = {
+    ev.F_TASK_ID: _NAME,
+    ev.F_TASK_TYPE: _TEXT,
+    ev.F_TASK_DATA: (_text, "a string (JSON text)"),
+    ev.F_RETRY_COUNT: (_int_at_least(0), "an integer >= 0"),
+    ev.F_MAX_RETRIES: (_int_at_least(0), "an integer >= 0"),
+    ev.F_RETRY_AFTER_HOURS: (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    ev.F_URGENCY: (_number, "a number"),
+    ev.F_EXECUTE_AT: _INSTANT,
+    ev.F_RETRY_AFTER_TIME: _INSTANT,
+    ev.F_CREATED_AT: _INSTANT,
+    ev.F_DELETED_AT: _INSTANT,
+    ev.F_RATE_GROUP: _TEXT,
+    ev.F_MAX_PER_MINUTE: (_int_at_least(1), "an integer >= 1"),
+    ev.F_AUTO_DEDUPE: (lambda v: type(v) is bool, "true or false"),
+    ev.F_FINGERPRINT: _TEXT,
+    ev.F_CRON: _TEXT,
+    ev.F_WEBHOOK_URL: _TEXT,
+    ev.F_MAX_EXECUTION_SECONDS: (lambda v: _number(v) and v > 0, "a number > 0"),
+    ev.F_POOL: _TEXT,
+    ev.F_TRIGGER_AFTER_IDS: (
+        lambda v: type(v) is list and all(_name(p) for p in v),
+        "a list of task ids",
+    ),
+    ev.F_LAST_ERROR: (_last_error, 'a string or {"error": string, ...}'),
+    ev.F_LAST_ERROR_TEXT: _TEXT,
+    ev.F_EVENT: (lambda v: v in ev.ALL_EVENTS, "a known event type"),
+    ev.F_SEQ: (_int_at_least(0), "an integer >= 0"),
+    ev.F_TS: (_ms, "integer milliseconds since the epoch"),
+    ev.F_LEASE_UNTIL: (_ms, "integer milliseconds since the epoch"),
+    ev.F_DAEMON: _NAME,
+    ev.F_ATTEMPT: (_int_at_least(0), "an integer >= 0"),
+    ev.F_REASON: _TEXT,
+    ev.F_DLQ_KEY: _NAME,
+    ev.F_COMPACTED: (lambda v: type(v) is bool, "true or false"),
+    ev.F_GROUP: _NAME,
+    ev.F_TIMES: (lambda v: type(v) is list and all(_ms(t) for t in v), "a list of integer ms"),
+}
+"""Field -> (test, what it must be). ``null`` passes for every field but ``event``'s
+required ones (a SnerdMQ line writes ``null`` for what it does not set)."""
+
+_FULL: Final = (ev.F_TASK_ID, ev.F_TASK_TYPE)
+REQUIRED: Final[dict[str | None, tuple[str, ...]]] = {
+    None: _FULL,  # a SnerdMQ state line
+    ev.ENQUEUED: _FULL,
+    ev.RETRY_SCHEDULED: _FULL,
+    ev.RESCHEDULED: _FULL,
+    ev.REQUEUED: _FULL,
+    ev.DEAD_LETTERED: _FULL,
+    ev.SUCCEEDED: (ev.F_TASK_ID,),
+    ev.CANCELLED: (ev.F_TASK_ID,),
+    ev.CLAIMED: (ev.F_TASK_ID, ev.F_DAEMON),
+    ev.PROGRESSED: (ev.F_TASK_ID,),
+    ev.CLAIM_RELEASED: (ev.F_TASK_ID,),
+    ev.RATE_WINDOW: (ev.F_GROUP, ev.F_TIMES),
+    ev.SNAPSHOT: (ev.F_SEQ,),
+}
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def field_problems(record: Mapping[str, Any]) -> list[str]:
+    """Missing required fields and fields of the wrong type or range."""
+    out: list[str] = []
+    event = record.get(ev.F_EVENT)
+    known = event is None or (isinstance(event, str) and event in ev.ALL_EVENTS)
+    for name in REQUIRED.get(event, ()) if known else ():
+        if record.get(name) is None:
+            out.append(f"{name} is required on a {event or 'SnerdMQ state'} line")
+    if event == ev.PURGED and record.get(ev.F_DLQ_KEY) is None and record.get(ev.F_TASK_ID) is None:
+        out.append(f"{ev.F_DLQ_KEY} (or {ev.F_TASK_ID}) is required on a purged line")
+    for name, value in record.items():
+        rule = FIELD_RULES.get(name)
+        if rule is not None and value is not None and not rule[0](value):
+            out.append(f"{name} must be {rule[1]}, got {_show(value)}")
+    return out
+
+
+def transition_problems(record: Mapping[str, Any], before: Before) -> list[str]:
+    """Transitions no correct writer of our events produces, given the state before."""
+    event = record.get(ev.F_EVENT)
+    if before.in_snapshot or not isinstance(event, str):
+        return []
+    check = _TRANSITIONS.get(event)
+    return [] if check is None else check(record, before)
+
+
+def _gone(record: Mapping[str, Any], before: Before, what: str) -> str:
+    task_id = record.get(ev.F_TASK_ID)
+    if before.ended is not None:
+        return f"{what} of task {task_id!r}, which had already ended ({before.ended})"
+    return f"{what} of unknown task {task_id!r}"
+
+
+def _claimed(record: Mapping[str, Any], before: Before) -> list[str]:
+    task = before.task
+    if task is None:
+        return [_gone(record, before, "claim")]
+    if task.phase == ACTIVE and task.claim is not None:
+        holder = f"{task.claim.daemon} (attempt {task.claim.attempt})"
+        return [f"second claim of task {task.id!r}, already claimed by {holder}"]
+    if task.phase == BLOCKED:
+        return [f"claim of task {task.id!r} while it waits for its parents"]
+    return []
+
+
+def _outcome(record: Mapping[str, Any], before: Before) -> list[str]:
+    event = record.get(ev.F_EVENT)
+    if event == ev.DEAD_LETTERED and record.get(ev.F_REASON) == ev.REASON_FAILED_PARENT:
+        return []  # fail-through of a waiting child: never ran
+    task = before.task
+    if task is None:
+        return [_gone(record, before, str(event))]
+    claim = task.claim
+    if claim is None:
+        return [f"{event} of task {task.id!r} without an active claim"]
+    daemon = record.get(ev.F_DAEMON)
+    if isinstance(daemon, str) and daemon != claim.daemon:
+        return [f"{event} of task {task.id!r} by {daemon}, but {claim.daemon} holds the claim"]
+    return []
+
+
+def _running_only(record: Mapping[str, Any], before: Before) -> list[str]:
+    event = record.get(ev.F_EVENT)
+    task = before.task
+    if task is None or task.claim is None:
+        return [f"{event} for task {record.get(ev.F_TASK_ID)!r}, which is not running"]
+    attempt = record.get(ev.F_ATTEMPT)
+    if attempt is not None and attempt != task.claim.attempt:
+        return [f"{event} names attempt {attempt} but attempt {task.claim.attempt} runs"]
+    return []
+
+
+def _cancelled(record: Mapping[str, Any], before: Before) -> list[str]:
+    task = before.task
+    if task is None:
+        return [_gone(record, before, "cancel")]
+    if task.claim is not None:
+        return [f"cancel of task {task.id!r} while it runs"]
+    return []
+
+
+def _enqueued(record: Mapping[str, Any], before: Before) -> list[str]:
+    if before.task is not None and not record.get(ev.F_COMPACTED):
+        return [f"enqueued task {before.task.id!r} while it is live"]
+    return []
+
+
+def _dlq_key(record: Mapping[str, Any], before: Before) -> list[str]:
+    key = record.get(ev.F_DLQ_KEY) or record.get(ev.F_TASK_ID)
+    if isinstance(key, str) and key not in before.dlq:
+        return [f"{record.get(ev.F_EVENT)} of {key!r}, which is not dead-lettered"]
+    return []
+
+
+_TRANSITIONS: Final[dict[str, Callable[[Mapping[str, Any], Before], list[str]]]] = {
+    ev.CLAIMED: _claimed,
+    ev.SUCCEEDED: _outcome,
+    ev.RETRY_SCHEDULED: _outcome,
+    ev.DEAD_LETTERED: _outcome,
+    ev.PROGRESSED: _running_only,
+    ev.CLAIM_RELEASED: _running_only,
+    ev.CANCELLED: _cancelled,
+    ev.ENQUEUED: _enqueued,
+    ev.REQUEUED: _dlq_key,
+    ev.PURGED: _dlq_key,
+}
+
+
+class Verifier:
+    """The :data:`~snerd.projections.history.Checker` of ``--verify``: field and
+    transition problems, plus ``seq`` that does not increase."""
+
+    def __init__(self) -> None:
+        self.last_seq: int | None = None
+
+    def __call__(self, record: Mapping[str, Any], before: Before) -> list[str]:
+        out = field_problems(record)
+        out.extend(transition_problems(record, before))
+        seq = record.get(ev.F_SEQ)
+        if type(seq) is int and not before.in_snapshot:
+            if self.last_seq is not None and seq <= self.last_seq:
+                out.append(f"seq {seq} after {self.last_seq}: went backwards")
+            self.last_seq = seq if self.last_seq is None else max(seq, self.last_seq)
+        return out
