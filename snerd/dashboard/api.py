@@ -177,29 +177,29 @@ class Api:
 
     async def history(self, request: web.Request) -> web.Response:
         task_id = request.match_info["id"]
-        records = await self._records(task_id)
-        if not records:
+        family = tl.ancestors(self.engine.state, self.monitor.finished, task_id) | {task_id}
+        records = await self._records(task_id, family)
+        entries = await asyncio.to_thread(tl.entries, records, task_id)
+        if not entries:
             raise ApiError(404, f"no history for task {task_id!r}")
-        return json(
-            {
-                "task_id": task_id,
-                "entries": tl.entries(records),
-                "source": "log" if self.storage is not None else "recent",
-            }
-        )
+        source = "log" if self.storage is not None else "recent"
+        return json({"task_id": task_id, "entries": entries, "source": source})
 
-    async def _records(self, task_id: str) -> list[dict[str, Any]]:
-        """Stored history, then what the engine folded since (not yet on disk)."""
+    async def _records(self, task_id: str, family: set[str]) -> list[dict[str, Any]]:
+        """Stored records about the task and its ancestors, then what the engine folded
+        since (delivered before it reached the disk)."""
         stored: list[dict[str, Any]] = []
         if self.storage is not None and os.path.isdir(self.storage):
-            stored = await asyncio.to_thread(tl.timeline, self.storage, task_id)
+            stored = await asyncio.to_thread(tl.stored_records, self.storage, task_id, family)
+            family = family | {str(tl.subject(r)) for r in stored}
         last = max((r[ev.F_SEQ] for r in stored if type(r.get(ev.F_SEQ)) is int), default=0)
-        recent = [
-            r
-            for r in self.monitor.recent_events(task_id)
-            if type(r.get(ev.F_SEQ)) is int and r[ev.F_SEQ] > last and tl.concerns(r, task_id)
-        ]
-        return stored + recent
+        recent = {
+            r[ev.F_SEQ]: r
+            for member in family
+            for r in self.monitor.recent_events(member)
+            if type(r.get(ev.F_SEQ)) is int and r[ev.F_SEQ] > last and tl.concerns(r, family)
+        }
+        return stored + [recent[seq] for seq in sorted(recent)]
 
     async def dag(self, request: web.Request) -> web.Response:
         task_id = request.match_info["id"]

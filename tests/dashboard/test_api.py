@@ -100,6 +100,13 @@ async def test_history_is_the_audit_trail(client):
     failed = history["entries"][-1]
     assert failed["error"] == "card declined" and failed["daemon"] == "worker-1"
     assert failed["retryAfterTime"]
+    agg = await _json(await client.get("/api/tasks/aggregate/history"))
+    assert [(e["event"], e["state"]) for e in agg["entries"]] == [("enqueued", "blocked")]
+    report = await _json(await client.get("/api/tasks/report/history"))
+    assert [(e["event"], e["state"]) for e in report["entries"]] == [
+        ("enqueued", "blocked"), ("dead_lettered", "dead_lettered"),
+    ]  # fmt: skip
+    assert report["entries"][-1]["reason"] == "blocked_by_failed_parent"
     # a completed task has left the projection but keeps its history
     done = await _json(await client.get("/api/tasks/fetch-a/history"))
     assert [e["event"] for e in done["entries"]] == ["enqueued", "claimed", "succeeded"]

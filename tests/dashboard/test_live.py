@@ -106,3 +106,14 @@ async def test_in_memory_engine_has_history_from_what_it_observed():
     finally:
         await runner.cleanup()
         await engine.drain(0)
+
+
+async def test_timeline_shows_a_child_unblocked_by_its_parent(client, engine):
+    from snerd.dispatcher import commands as cmds
+
+    done = cmds.succeed(engine.state.tasks["fetch-b"], now=engine.clock.now(), daemon="worker-1")
+    await engine.log.append(done)
+    history = await (await client.get("/api/tasks/aggregate/history")).json()
+    steps = [(e["event"], e["state"]) for e in history["entries"]]
+    assert steps == [("enqueued", "blocked"), ("unblocked", "pending")]
+    assert "fetch-b" in history["entries"][-1]["reason"]

@@ -245,7 +245,8 @@
     rescheduled: () => "Rescheduled (next occurrence)", cancelled: () => "Cancelled", requeued: () => "Requeued from the dead-letter queue",
     claim_released: (e) => `Attempt released (${label(e.reason || "")})`, purged: () => "Deleted from the dead-letter queue",
     progress: (e) => `Progress ${typeof e.data === "object" && e.data !== null ? "" : e.data ?? ""}`.trim(),
-    state: () => "State line (SnerdMQ format)", completed: () => "Completed (SnerdMQ format)", elided: (e) => `… ${e.count} events not shown …`,
+    blocked: (e) => `Blocked (${e.reason || "waiting for parents"})`, unblocked: (e) => `Unblocked (${e.reason || "parents done"})`,
+    "snerdmq:upsert": () => "State line (SnerdMQ format)", "snerdmq:deleted": () => "Deleted (SnerdMQ format)", elided: (e) => `… ${e.count} events not shown …`,
   };
   function timelineItem(e) {
     const text = (EVENT_TEXT[e.event] || (() => e.event))(e);
