@@ -72,7 +72,7 @@ async def _compact(storage: Path, progress: Progress) -> dict[str, Any]:
     }
 
 
-@click.command("compact")
+@click.command("compact", short_help="Compact the log now (history is archived).")
 @kit.storage_argument
 @kit.json_option
 def compact(storage: Path, as_json: bool) -> None:

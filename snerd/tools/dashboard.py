@@ -54,7 +54,7 @@ async def _until_signalled() -> None:
     await stop.wait()
 
 
-@click.command("dashboard")
+@click.command("dashboard", short_help="Serve the web dashboard for a storage dir.")
 @kit.storage_argument
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(

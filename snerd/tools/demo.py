@@ -206,7 +206,7 @@ def _fresh_storage(storage: Path | None) -> Path:
     return storage
 
 
-@click.command("demo")
+@click.command("demo", short_help="Run a small workflow and show what happens.")
 @click.option(
     "--storage",
     type=click.Path(file_okay=False, path_type=Path),

@@ -51,7 +51,7 @@ async def _enqueue(storage: Path, command: Any) -> Any:
         return await engine.enqueue(command)
 
 
-@click.command("enqueue")
+@click.command("enqueue", short_help="Enqueue one task (scripts, smoke tests).")
 @click.argument("task_type")
 @click.argument("data", required=False)
 @click.option("--id", "task_id", help="Task id (default: TYPE-<random>).")

@@ -124,7 +124,7 @@ def render(data: dict[str, Any]) -> None:
     )
 
 
-@click.command("stats")
+@click.command("stats", short_help="Counts per state, totals, rate-limit use.")
 @kit.storage_argument
 @kit.json_option
 def stats(storage: Path, as_json: bool) -> None:
