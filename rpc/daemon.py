@@ -186,12 +186,13 @@ async def _maybe_dashboard(engine: Engine, env: Mapping[str, str]) -> Any:
     if not port:
         return None
     try:
-        from snerd.dashboard.server import start_dashboard
+        from snerd.dashboard.server import start_dashboard, url_of
 
         host = env.get("SNERD_DASHBOARD_HOST", "127.0.0.1")
-        return await start_dashboard(
-            engine, host=host, port=int(port), token=env.get("SNERD_DASHBOARD_TOKEN") or None
-        )
+        token = env.get("SNERD_DASHBOARD_TOKEN") or None
+        runner = await start_dashboard(engine, host=host, port=int(port), token=token)
+        log.info("dashboard at %s", url_of(runner))
+        return runner
     except Exception as exc:  # the queue runs on without a dashboard
         log.warning("dashboard not started: %s", exc)
         return None

@@ -39,7 +39,7 @@ from snerd.dashboard.monitor import Monitor
 from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.views import stats_view
-from snerd.errors import ProtocolError
+from snerd.errors import ProtocolError, SnerdError
 from snerd.projections import events as ev
 from snerd.rpc.protocol import Enqueue, parse_message
 
@@ -267,6 +267,8 @@ async def errors(
         return await handler(request)
     except ApiError as exc:
         return json({"error": exc.message, "status": exc.status}, status=exc.status)
+    except SnerdError as exc:  # the log is closed or unwritable (e.g. while shutting down)
+        return json({"error": f"storage unavailable: {exc}", "status": 503}, status=503)
     except web.HTTPException as exc:
         if not request.path.startswith("/api/") or exc.status < 400:
             raise

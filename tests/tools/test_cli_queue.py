@@ -147,3 +147,32 @@ def test_compact_keeps_state_and_archives_history(cli, store):
     assert after["totals"] == before["totals"]  # the archive keeps the history countable
     human = cli.invoke(compact, [str(store)])
     assert human.exit_code == 0 and "Compacted" in human.output
+
+
+def test_subcommands_are_registered_on_snerdmq(cli, store):
+    from snerd.cli import build_cli
+
+    listing = cli.invoke(build_cli(), ["--help"])
+    for name in ("demo", "dashboard", "stats", "dlq", "cancel", "compact", "enqueue"):
+        assert f"  {name} " in listing.output
+    result = cli.invoke(build_cli(), ["stats", str(store), "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["counts"]["pending"] == 1
+
+
+def test_console_entry_point_exit_codes(store, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "NO_COLOR": "1"}
+
+    def snerdmq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "snerd.cli", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    ok = snerdmq("dlq", "list", str(store), "--json")
+    assert ok.returncode == 0 and len(json.loads(ok.stdout)) == 2
+    assert snerdmq("cancel", "nope", "-s", str(store)).returncode == 1
+    usage = snerdmq("dlq", "requeue", "-s", str(store))
+    assert usage.returncode == 2 and "--all" in usage.stderr
