@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from enginekit import Harness, settle
+
 from snerd.dispatcher.executors import Job
 from snerd.projections import events as ev
 from snerd.rpc.protocol import Enqueue
-from tests.dispatcher.conftest import Harness, settle
 
 
 def _enqueue(task_id: str, **fields: object) -> Enqueue:
