@@ -176,7 +176,8 @@ def _str(value: Any) -> str | None:
 
 class Audit:
     """Feed records in order, then :meth:`finish`. ``keep(task_id)`` says whose
-    transitions to store (all by default); counts and final states are always kept."""
+    transitions to store (all by default); counts and final states are always kept.
+    A record is judged as of its ``ts``, else the last one seen, else ``now``."""
 
     def __init__(
         self,
@@ -184,6 +185,7 @@ class Audit:
         keep: Callable[[str], bool] | None = None,
         check: Checker | None = None,
         rebuild_every: int = 1 << 16,
+        now: float | None = None,
     ) -> None:
         self.folder = Folder(empty())
         self.tasks: dict[str, TaskHistory] = {}
@@ -192,6 +194,7 @@ class Audit:
         self.keep = keep
         self.check = check
         self.clock: float | None = None  # the last ts seen, in seconds
+        self.now = now  # the clock for records before any ts (SnerdMQ lines have none)
         self.snapshot_left = 0  # records of a snapshot block still to come
         self.rebuild_every = rebuild_every  # records between rebuilds of the fold's heaps
 
@@ -221,7 +224,7 @@ class Audit:
     def finish(self, now: float | None = None) -> History:
         """The histories with final states as of ``now`` (default: the last ``ts``)."""
         state, _ = self.folder.finish()
-        now = self.clock if now is None else now
+        now = self._instant() if now is None else now
         for task_id, history in self.tasks.items():
             task = state.tasks.get(task_id)
             if task is not None:
@@ -303,7 +306,7 @@ class Audit:
     def _state_of(self, task_id: str, event: str, previous: str | None) -> str:
         task = self.folder.tasks.get(task_id)
         if task is not None:
-            return live_state(task, self.clock)
+            return live_state(task, self._instant())
         if task_id in self.folder.dlq:
             return DEAD_LETTERED
         return _ENDINGS.get(event) or previous or COMPLETED
@@ -320,13 +323,16 @@ class Audit:
             task = self.folder.tasks.get(task_id)
             if task_id in (subject, key) or history is None or task is None:
                 continue
-            state = live_state(task, self.clock)
+            state = live_state(task, self._instant())
             if state == history.state:
                 continue
             name = "blocked" if state == BLOCKED_STATE else "unblocked"
             why = "a parent was dead-lettered" if task_id in doomed else f"{event} of {subject}"
             cause = {k: record[k] for k in (ev.F_SEQ, ev.F_TS, ev.F_DAEMON) if k in record}
             self._append(history, {**cause, ev.F_REASON: why}, name, state)
+
+    def _instant(self) -> float | None:
+        return self.now if self.clock is None else self.clock
 
     def _rebuild(self) -> None:
         """Drop the stale heap entries an incremental fold accumulates (same state)."""
@@ -346,7 +352,7 @@ def audit(
     check: Checker | None = None,
 ) -> History:
     """Every task's history from ``records``; final states as of ``now``."""
-    auditor = Audit(keep=keep, check=check)
+    auditor = Audit(keep=keep, check=check, now=now)
     auditor.feed(records)
     return auditor.finish(now)
 

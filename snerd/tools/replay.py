@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from snerd.eventlog.base import Record, SkippedLine
@@ -27,6 +28,7 @@ from snerd.projections.schedule import format_instant
 from snerd.tools import kit
 from snerd.tools.replay_checks import Verifier
 
+PIPE_WIDTH = 160  # columns when stdout is not a terminal (no wrapping of times and ids)
 PROGRESS_LINES = 100_000  # show a progress bar above this many lines (on a terminal)
 PROGRESS_MIN_BYTES = 4 << 20  # below this, do not even count lines
 
@@ -137,9 +139,10 @@ def run_replay(
     if total is not None:
         records = _with_progress(records, total)
     keep = (lambda task_id: task_id == task) if task is not None else (lambda _: False)
-    auditor = Audit(keep=keep, check=Verifier() if verify else None)
+    now = now if at is None else at
+    auditor = Audit(keep=keep, check=Verifier() if verify else None, now=now)
     auditor.feed(records if at is None else until(records, at))
-    return auditor.finish(now if at is None else at)
+    return auditor.finish(now)
 
 
 # --- output ---------------------------------------------------------------------------
@@ -201,8 +204,15 @@ def _problem_row(problem: Problem) -> dict[str, Any]:
     return {"where": where, "task": problem.task_id, "problem": problem.message}
 
 
-def render_summary(history: History, source: Source, at: float | None) -> None:
+def _console() -> Console:
     out = kit.console()
+    if not out.is_terminal:
+        out.width = max(out.width, PIPE_WIDTH)
+    return out
+
+
+def render_summary(history: History, source: Source, at: float | None) -> None:
+    out = _console()
     when = f" as of {format_instant(at)}" if at is not None else ""
     files = f" ({len(source.files)} files)" if len(source.files) > 1 else ""
     out.print(
@@ -219,7 +229,7 @@ def render_summary(history: History, source: Source, at: float | None) -> None:
 
 
 def render_task(entry: TaskHistory) -> None:
-    out = kit.console()
+    out = _console()
     error = f"; last error: {entry.last_error}" if entry.last_error else ""
     out.print(
         f"[bold]Task {entry.id}[/] ({entry.type or '?'}): {entry.state}, "
@@ -239,7 +249,7 @@ def render_task(entry: TaskHistory) -> None:
 
 
 def render_problems(rows: list[dict[str, Any]]) -> None:
-    out = kit.console()
+    out = _console()
     if not rows:
         out.print("[green]Verified:[/] no problems found.")
         return
