@@ -168,12 +168,15 @@ async def test_stats_counts_and_daemon_block(spawn) -> None:
 
 
 async def test_stats_uses_the_spec_keys(daemon: Wire) -> None:
-    """specs/protocol.md §4.3: queued, scheduled, blocked, active, dead_letter."""
+    """specs/protocol.md §4.3."""
     await daemon.ack("a", "unregistered")
     stats = await daemon.stats()
-    for key in ("queued", "scheduled", "blocked", "active", "dead_letter", "daemon"):
+    for key in ("pending", "scheduled", "blocked", "active", "dead_lettered", "phases",
+                "daemon", "log"):  # fmt: skip
         assert key in stats, f"stats lacks {key!r}: {sorted(stats)}"
-    assert stats["queued"] == 1
+    assert stats["pending"] == 1
+    assert stats["phases"]["ready"] == 1
+    assert stats["log"]["records"] >= 1 and stats["log"]["bytes"] > 0
 
 
 async def test_get_returns_the_latest_state_in_log_field_names(daemon: Wire) -> None:
@@ -191,7 +194,7 @@ async def test_get_returns_the_latest_state_in_log_field_names(daemon: Wire) -> 
 
 
 async def test_get_status_values_follow_the_spec(daemon: Wire) -> None:
-    """specs/protocol.md §3.5: queued, scheduled, blocked, active, dead_letter, ..."""
+    """specs/protocol.md §3.5: pending, scheduled, blocked, active, dead_lettered."""
     await daemon.ack("q", "unregistered")
     await daemon.ack("s", "unregistered", execute_at=T0 + 60)
     await daemon.ack("b", "unregistered", trigger_after_ids=["q"])
@@ -202,8 +205,8 @@ async def test_get_status_values_follow_the_spec(daemon: Wire) -> None:
     await daemon.result("d", ok=False, error="x")
     await daemon.expect("max_retries_reached", task_id="d")
     got = {tid: (await daemon.get(tid))["status"] for tid in "qsbrd"}
-    assert got == {"q": "queued", "s": "scheduled", "b": "blocked", "r": "active",
-                   "d": "dead_letter"}  # fmt: skip
+    assert got == {"q": "pending", "s": "scheduled", "b": "blocked", "r": "active",
+                   "d": "dead_lettered"}  # fmt: skip
 
 
 async def test_get_of_an_unknown_task(daemon: Wire) -> None:
@@ -230,7 +233,7 @@ async def test_cancel_a_queued_task(daemon: Wire) -> None:
     await daemon.register("unregistered")
     await daemon.quiet("execute", task_id="a")
     again = await daemon.request("cancel", task_id="a")
-    assert again["action"] == "error" and again["code"] in ("invalid_state", "unknown_task")
+    assert again["action"] == "error" and again["code"] == "unknown_task"
 
 
 async def test_cancel_unknown_task(daemon: Wire) -> None:
@@ -238,14 +241,25 @@ async def test_cancel_unknown_task(daemon: Wire) -> None:
     assert reply["code"] == "unknown_task" and reply["task_id"] == "nope"
 
 
-async def test_cancel_of_a_running_task_makes_its_result_not_active(daemon: Wire) -> None:
-    """§3.5: the running attempt is not interrupted, but its result gets not_active."""
+async def test_cancel_of_a_running_task_is_refused(daemon: Wire) -> None:
+    """§3.5: invalid_state while running (the SDKs cannot stop a handler)."""
     await daemon.ack("a")
     await daemon.expect("execute", task_id="a")
     reply = await daemon.request("cancel", task_id="a")
-    assert reply["action"] == "ok", reply
-    late = await daemon.request("result", task_id="a", status="success")
-    assert late["code"] == "not_active"
+    assert reply["action"] == "error" and reply["code"] == "invalid_state"
+    assert reply["task_id"] == "a"
+    await daemon.result("a")
+    await daemon.logged("a", "succeeded")
+
+
+async def test_cancel_of_a_dead_lettered_task_is_refused(daemon: Wire) -> None:
+    await daemon.ack("a", max_retries=0)
+    await daemon.expect("execute", task_id="a")
+    await daemon.result("a", ok=False, error="x")
+    await daemon.expect("max_retries_reached", task_id="a")
+    reply = await daemon.request("cancel", task_id="a")
+    assert reply["code"] == "invalid_state"
+    assert (await daemon.get("a"))["status"] == "dead_lettered"
 
 
 async def test_cancelled_id_may_be_reused(daemon: Wire) -> None:
@@ -299,7 +313,7 @@ async def test_log_lines_are_json_with_snerdmq_fields(daemon: Wire) -> None:
 
 async def test_a_result_for_an_unknown_task(daemon: Wire) -> None:
     reply = await daemon.request("result", task_id="nope", status="success")
-    assert reply["action"] == "error" and reply["code"] in ("unknown_task", "not_active")
+    assert reply["action"] == "error" and reply["code"] == "unknown_task"
     assert reply["task_id"] == "nope"
 
 

@@ -159,3 +159,12 @@ async def test_two_pipelined_enqueues_of_one_id_get_one_ack_and_one_error(spawn)
     second = await wire.expect(None, request_id=2)
     assert first["action"] == "ack"
     assert second["action"] == "error" and second["code"] == "duplicate_task"
+
+
+async def test_a_rate_limited_task_counts_as_pending(daemon: Wire) -> None:
+    await daemon.ack("a", rate_limit_group="g", max_per_minute=1)
+    await daemon.expect("execute", task_id="a")
+    await daemon.ack("b", rate_limit_group="g", max_per_minute=1)
+    stats = await daemon.stats()
+    assert stats["pending"] == 1 and stats["scheduled"] == 0
+    assert (await daemon.get("b"))["status"] == "pending"

@@ -163,3 +163,20 @@ async def test_cancel_stops_a_cron_schedule(daemon: Wire) -> None:
     assert reply["action"] == "ok"
     await daemon.advance(120)
     await daemon.quiet("execute", task_id="c")
+
+
+async def test_requeue_of_a_dead_cron_occurrence_is_a_one_off_task(daemon: Wire) -> None:
+    await daemon.ack("c", cron="10m", max_retries=0)
+    await daemon.advance(600)
+    await daemon.expect("execute", task_id="c")
+    await daemon.result("c", ok=False, error="x")
+    await daemon.expect("max_retries_reached", task_id="c")
+    key = f"c@{iso(T0 + 600)}"
+    assert (await daemon.get(key))["status"] == "dead_lettered"
+    reply = await daemon.request("requeue", task_id=key)
+    assert reply["action"] == "ok", reply
+    execute = await daemon.expect("execute", task_id=key)
+    await daemon.result(key)
+    await daemon.logged(key, "succeeded")
+    assert execute["task_type"] == "t"
+    assert (await daemon.get("c"))["executeAt"] == iso(T0 + 1200)  # the schedule is untouched

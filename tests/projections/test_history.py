@@ -88,7 +88,7 @@ def test_final_states_agree_with_the_queue_fold(records: list[dict[str, Any]], n
 @given(any_logs, nows)
 def test_heap_rebuilds_do_not_change_the_result(records: list[dict[str, Any]], now: float) -> None:
     whole = audit(records, now)
-    auditor = h.Audit(rebuild_every=3)
+    auditor = h.Audit(rebuild_every=3, now=now)
     auditor.feed(records)
     rebuilt = auditor.finish(now)
     assert rebuilt.tasks == whole.tasks
