@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from daemonkit import T0, Wire, events_of, read_log
+from daemonkit import T0, Wire, check_stdout, events_of, read_log
 
 
 async def test_enqueue_is_acked_then_executed(daemon: Wire) -> None:
@@ -350,3 +350,26 @@ async def test_progress_sent_right_before_the_result_is_still_forwarded(daemon: 
     assert events_of(daemon.storage, "a", "progress")[-1]["data"] == "last"
     forwarded = await daemon.expect("progress", task_id="a", timeout=3)
     assert forwarded["data"] == "last"
+
+
+async def test_stdout_carries_only_protocol_lines(spawn) -> None:
+    """Even with debug diagnostics on, stdout has nothing but JSON protocol lines."""
+    wire = await spawn(register=("t",), env={"SNERD_LOG_LEVEL": "debug"})
+    await wire.ack("a", task_data={"x": 1})
+    await wire.expect("execute", task_id="a")
+    await wire.send({"action": "progress", "task_id": "a", "data": [1, 2]})
+    await wire.send({"action": "progress", "task_id": "ghost", "data": 1})
+    await wire.raw(b"garbage\n{}\n")
+    await wire.result("a", ok=False, error="e")
+    await wire.expect("execute", task_id="a")
+    await wire.result("a")
+    await wire.stats()
+    await wire.client.close_stdin()
+    assert await wire.client.wait(timeout=10) == 0
+    lines = wire.stdout_lines()
+    assert len(lines) >= 6
+    check_stdout(lines)
+    assert {orjson.loads(line)["action"] for line in lines} <= {
+        "ack", "execute", "progress", "error", "stats", "task", "ok", "max_retries_reached",
+    }  # fmt: skip
+    assert wire.client.stderr_tail  # the diagnostics went to stderr
