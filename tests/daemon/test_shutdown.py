@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import time
 
-from daemonkit import Wire, events_of
+import orjson
+import pytest
+from daemonkit import DAEMON_CODE, ROOT, Wire, events_of
 
 
 def sigterm(wire: Wire) -> None:
@@ -26,10 +30,11 @@ async def exit_or_kill(wire: Wire, within: float) -> int:
         raise AssertionError(f"the daemon did not exit within {within}s") from None
 
 
-async def test_sigterm_with_nothing_in_flight_exits_zero_at_once(daemon: Wire) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_signal_with_nothing_in_flight_exits_zero_at_once(daemon: Wire, signum) -> None:
     await daemon.ack("queued", "unregistered")
     started = time.monotonic()
-    sigterm(daemon)
+    daemon.client.process.send_signal(signum)  # type: ignore[union-attr]
     assert await exit_code(daemon, 5) == 0
     assert time.monotonic() - started < 3
     assert events_of(daemon.storage, "queued", "enqueued")  # still there for later
@@ -154,3 +159,41 @@ async def test_stdin_eof_sends_no_new_executes_and_exits_promptly(spawn) -> None
     assert not wire.taken("execute"), wire.taken("execute")
     for task_id in "abc":
         assert not [r for r in events_of(wire.storage, task_id, "claimed") if r["attempt"] > 1]
+
+
+async def run_with_stdin(storage, stdin) -> tuple[int, bytes, bytes]:
+    """Run the daemon with ``stdin`` (a file object or DEVNULL) and wait at most 5 s."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", DAEMON_CODE, str(storage), stdin=stdin,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), 5)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError("the daemon did not exit on stdin EOF") from None
+    assert process.returncode is not None
+    return process.returncode, out, err
+
+
+async def test_stdin_from_dev_null_is_an_immediate_eof(storage) -> None:
+    """Started with no input (``< /dev/null``), the daemon must see EOF and exit 0."""
+    code, out, err = await run_with_stdin(storage, asyncio.subprocess.DEVNULL)
+    assert (code, out) == (0, b""), err[-500:]
+
+
+async def test_stdin_from_a_file_is_read_then_eof(storage, tmp_path) -> None:
+    """``snerdmq STORE < commands.ndjson``: the lines are answered, then a clean exit."""
+    commands = tmp_path / "commands.ndjson"
+    commands.write_bytes(
+        b'{"action":"enqueue","task_id":"f","task_type":"t","request_id":1}\n'
+        b'{"action":"stats","request_id":2}\n'
+    )
+    with commands.open("rb") as stdin:
+        code, out, err = await run_with_stdin(storage, stdin)
+    assert code == 0, err[-500:]
+    replies = [orjson.loads(line) for line in out.splitlines()]
+    assert {r["action"] for r in replies} == {"ack", "stats"}
+    assert events_of(storage, "f", "enqueued")
