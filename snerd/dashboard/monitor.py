@@ -23,8 +23,8 @@ from snerd.projections.delta import Delta
 MINUTES = 15
 """How many minutes of throughput are kept and shown."""
 RECENT_FINISHED = 500
-RECENT_TASKS = 2000
-EVENTS_PER_TASK = 200
+RECENT_TASKS = 500
+EVENTS_PER_TASK = 50
 
 METRICS = ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")
 

@@ -103,7 +103,8 @@ def _details(row: Row, state: str, engine: Any, now: float) -> str:
         free = slot_free_at(engine.state, task.rate_group, task.max_per_minute, now) or now
         return f"waiting for a smtp slot ({SMTP_PER_MINUTE}/min), in {free - now:.0f}s"
     if state == "completed" and row.failures:
-        return f"failed {len(row.failures)}x ({row.failures[0]}), then succeeded on retry"
+        times = "once" if len(row.failures) == 1 else f"{len(row.failures)} times"
+        return f"failed {times} ({row.failures[0]}), succeeded on retry"
     return row.step.story
 
 

@@ -68,8 +68,12 @@ def json_option(function: F) -> F:
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A rich console on the current stdout/stderr; colours only on a terminal."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    """A rich console on the current stdout/stderr; colours only on a terminal, and
+    tables 120 columns wide when piped (unless $COLUMNS says otherwise)."""
+    out = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = 120
+    return out
 
 
 def emit_json(data: Any) -> None:
