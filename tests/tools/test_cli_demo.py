@@ -15,7 +15,8 @@ from snerd.tools.stats import stats
 def test_demo_runs_the_workflow_and_summarises(tmp_path: Path) -> None:
     store = tmp_path / "demo"
     cli = CliRunner()
-    result = cli.invoke(demo, ["--fast", "--no-dashboard", "--storage", str(store)])
+    wide = {"COLUMNS": "200"}  # no wrapping inside the summary table
+    result = cli.invoke(demo, ["--fast", "--no-dashboard", "--storage", str(store)], env=wide)
     assert result.exit_code == 0, result.output
     out = result.output
     assert "What happened" in out
