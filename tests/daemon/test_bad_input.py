@@ -216,3 +216,14 @@ async def test_task_ids_mentioning_clock_are_plain_tasks(daemon: Wire) -> None:
     await daemon.send({"action": "enqueue", "task_id": "nightly_clock_sync", "task_type": "t",
                        "task_data": "set_clock"})  # fmt: skip
     await daemon.expect("ack", task_id="nightly_clock_sync", timeout=3)
+
+
+@pytest.mark.parametrize(
+    "line", [b'{"action":"_clock","advance":"soon"}\n', b'"_clock"\n', b"{_clock\n"]
+)
+async def test_a_malformed_clock_line_is_refused_not_fatal(daemon: Wire, line: bytes) -> None:
+    """Even the test-only ``_clock`` line is input: an error reply, and the daemon goes on."""
+    await daemon.raw(line)
+    error = await daemon.expect("error", timeout=3)
+    assert error["code"] in ("invalid_json", "invalid_field", "unknown_action")
+    await still_works(daemon)

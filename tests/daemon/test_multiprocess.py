@@ -164,3 +164,20 @@ async def test_max_retries_reached_goes_only_to_the_daemon_that_ran_it(spawn) ->
     await runner.result("a", ok=False, error="x")
     await runner.expect("max_retries_reached", task_id="a")
     await bystander.quiet("max_retries_reached")
+
+
+async def test_a_live_owner_keeps_its_claim_past_the_lease(spawn, storage) -> None:
+    """§7/§10: the lease is the fallback for when liveness cannot be told; a daemon whose
+    liveness lock shows it alive keeps its claim, so a long handler is not run twice."""
+    env = {"SNERD_LEASE_SECONDS": "10", "SNERD_HOUSEKEEPING_SECONDS": "1"}
+    owner = await spawn(register=("t",), env=env)
+    await owner.ack("long")
+    await owner.expect("execute", task_id="long")
+    other = await spawn(register=("t",), env=env)
+    await other.barrier()
+    for _ in range(3):  # well past the lease, housekeeping runs on the other daemon
+        await other.advance(10)
+    await other.quiet("execute", task_id="long")
+    assert not events_of(storage, "long", "claim_released")
+    await owner.result("long")
+    await owner.logged("long", "succeeded")
