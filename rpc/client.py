@@ -34,6 +34,7 @@ from typing import Any, Final, TypeAlias
 import orjson
 
 from snerd.errors import DispatchError, ProtocolError, SnerdError
+from snerd.rpc.protocol import MAX_LINE_BYTES
 
 log = logging.getLogger("snerd.client")
 
@@ -308,14 +309,22 @@ class Client:
         await self.send(message)
 
     async def request(self, message: Mapping[str, Any]) -> Message:
-        """Send ``message`` with a fresh ``request_id``; return the reply or raise."""
+        """Send ``message`` with a fresh ``request_id``; return the reply or raise.
+
+        A line over the daemon's 1 MiB limit is refused here (``ProtocolError``): the
+        daemon's ``line_too_long`` reply could not say which request it was about.
+        """
         if self._exited.is_set() or self.process is None:
             raise DaemonExited("the daemon is not running")
         rid = next(self._ids)
+        line = orjson.dumps({**message, "request_id": rid})
+        if len(line) > MAX_LINE_BYTES:
+            raise ProtocolError(f"message of {len(line)} bytes exceeds {MAX_LINE_BYTES} bytes",
+                                task_id=message.get("task_id"))  # fmt: skip
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            await self.send({**message, "request_id": rid})
+            await self.send_line(line + b"\n")
             reply = await future
         finally:
             self._pending.pop(rid, None)
@@ -346,7 +355,8 @@ class Client:
             stdin.write(orjson.dumps(dict(message)) + b"\n")
 
     async def lines(self) -> AsyncIterator[Message]:
-        """Every message the daemon writes from now on, until it closes stdout."""
+        """Every message the daemon writes once iteration has started, until it closes
+        stdout (use :meth:`subscribe` to catch replies to a line sent just before)."""
         queue: asyncio.Queue[Message | None] = asyncio.Queue()
         self._subscribers.append(queue)
         try:

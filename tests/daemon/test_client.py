@@ -205,3 +205,10 @@ async def test_close_returns_zero(storage: Path) -> None:
     await c.enqueue("a", "nobody")
     assert await c.close(timeout=10) == 0
     assert c.returncode == 0
+
+
+async def test_an_oversized_request_is_refused_before_sending(client: Client) -> None:
+    with pytest.raises(ProtocolError) as info:
+        await asyncio.wait_for(client.enqueue("huge", "t", "x" * (1 << 20)), WAIT)
+    assert info.value.task_id == "huge"
+    assert (await client.enqueue("small", "nobody", "x" * 1000))["action"] == "ack"
