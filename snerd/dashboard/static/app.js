@@ -323,7 +323,7 @@
         panel("Details", null, h("div", { class: "body" }, h("dl", { class: "props" },
           prop("Attempts", `${task.attempt || 0} of ${task.maxRetries + 1}`), prop("Retries used", `${task.retryCount} / ${task.maxRetries}`),
           prop("Urgency", task.urgencyScore), prop("Created", when(task.createdAt)), prop("Runs at", task.runAt ? `${when(task.runAt)} (${relative(task.runAt)})` : null),
-          prop("Retry at", task.retryAt ? `${when(task.retryAt)} (${relative(task.retryAt)})` : null),
+          prop("Retry at", task.retryAt && CANCELLABLE.has(task.state) ? `${when(task.retryAt)} (${relative(task.retryAt)})` : null),
           prop("Rate group", task.rateLimitGroup), prop("Pool", task.pool), prop("Cron", task.cronExpression), prop("Webhook", task.webhookUrl),
           prop("Timeout", task.maxExecutionSeconds ? `${task.maxExecutionSeconds} s` : null), prop("Running on", task.claim ? task.claim.daemon : null),
           prop("Reason", task.reason ? label(task.reason) : null), prop("Last error", task.lastError),
