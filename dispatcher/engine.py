@@ -100,6 +100,9 @@ class Engine:
         self._idle = asyncio.Event()
         self._idle.set()
         self._compacting = False
+        self._hurry = asyncio.Event()
+        self.housekeeping_rounds = 0
+        self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
         self.observers: list[Callable[[Sequence[Record], Delta], None]] = []
         """Called after every fold with the records and the delta (dashboards, stats)."""
@@ -149,19 +152,37 @@ class Engine:
         self._loop_task = asyncio.get_running_loop().create_task(self._dispatch_loop())
         self._housekeeping()
 
-    async def drain(self, timeout: float | None = None) -> None:
-        """Stop claiming, let running attempts finish (up to ``timeout``), release the
-        rest, and close the log. Idempotent."""
-        if self.draining:
-            await self._idle.wait()
-            return
+    def stop_claiming(self) -> None:
+        """No new claims from now on (the first step of a drain)."""
         self.draining = True
         if self._house_timer is not None:
             self._house_timer.cancel()
-        wait = self.config.drain_seconds if timeout is None else timeout
-        if self.runs:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._all_finished(), wait)
+
+    def hurry(self) -> None:
+        """End a drain in progress now: release what still runs."""
+        self._hurry.set()
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running attempts finish (up to ``timeout``), release the
+        rest, and close the log. Idempotent."""
+        if self._drained is not None:
+            await asyncio.shield(self._drained)
+            return
+        self._drained = asyncio.get_running_loop().create_future()
+        try:
+            await self._drain(self.config.drain_seconds if timeout is None else timeout)
+        finally:
+            self._drained.set_result(None)
+
+    async def _drain(self, wait: float) -> None:
+        self.stop_claiming()
+        if self.runs and wait > 0:
+            finished = asyncio.ensure_future(self._all_finished())
+            hurried = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait({finished, hurried}, timeout=wait,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            finished.cancel()
+            hurried.cancel()
         await self._release_all(ev.REASON_DRAIN)
         if self._loop_task is not None:
             self._loop_task.cancel()
@@ -226,6 +247,11 @@ class Engine:
                 return [], cmds.Refusal("invalid_field", str(exc))
 
         return await self._commit(decide)
+
+    async def read(self, query: Callable[[], T]) -> T:
+        """Answer ``query`` after every command accepted before it has been applied
+        (read-your-writes for a client that pipelines an enqueue and a get)."""
+        return await self.log.transact(lambda: ((), query()), durable=False)
 
     async def cancel(self, task_id: str) -> cmds.Refusal | None:
         return await self._commit(
@@ -401,7 +427,6 @@ class Engine:
                 success=False,
                 attempt=run.attempt,
                 error=f"timed out after {limit:g} seconds",
-                reason=ev.REASON_TIMEOUT,
             )
         )
 
@@ -437,29 +462,32 @@ class Engine:
             await self._maybe_compact()
         except Exception:
             log.exception("housekeeping failed")
+        self.housekeeping_rounds += 1
+        self.changed.set()
 
     async def _release_orphans(self) -> None:
+        """Release claims whose owner is dead; without a liveness facility, claims
+        whose lease ran out (a live owner keeps its claim: its timeout is its own)."""
         now = self.clock.now()
-        owners = [d for d in self.state.by_daemon if d != self.daemon]
-        dead = {d for d in owners if self.liveness is not None and not self.liveness.is_alive(d)}
-        stale = [
-            t for t in queries.expired_leases(self.state, now)
-            if t.claim is not None and t.claim.daemon != self.daemon
-        ]  # fmt: skip
-        if not dead and not stale:
+        owners = {d for d in self.state.by_daemon if d != self.daemon}
+        if self.liveness is not None:
+            gone = {d for d in owners if not self.liveness.is_alive(d)}
+        else:
+            gone = {
+                t.claim.daemon for t in queries.expired_leases(self.state, now)
+                if t.claim is not None and t.claim.daemon != self.daemon
+            }  # fmt: skip
+        if not gone:
             return
+        reason = ev.REASON_OWNER_DIED if self.liveness is not None else ev.REASON_LEASE_EXPIRED
 
         def decide() -> tuple[list[Record], None]:
             out = []
             for task in queries.iter_active(self.state):
                 claim = task.claim
-                if claim is None or claim.daemon == self.daemon:
+                if claim is None or claim.daemon not in gone:
                     continue
-                if claim.daemon in dead:
-                    reason = ev.REASON_OWNER_DIED
-                elif claim.lease_until is not None and claim.lease_until < now:
-                    reason = ev.REASON_LEASE_EXPIRED
-                else:
+                if self.liveness is None and (claim.lease_until or now) >= now:
                     continue
                 out.append(cmds.release(task, reason=reason, now=now, daemon=self.daemon))
             return out, None

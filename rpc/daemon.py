@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from snerd.dispatcher.clock import Clock, ManualClock, SystemClock
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Outcomes, Run
@@ -28,7 +30,7 @@ from snerd.projections import events as ev
 from snerd.projections.task import Task
 from snerd.rpc import protocol as p
 from snerd.rpc.handlers import answer
-from snerd.rpc.output import Output
+from snerd.rpc.output import Output, open_input
 
 log = logging.getLogger("snerd.daemon")
 
@@ -63,9 +65,16 @@ class Session:
 
     # listener ------------------------------------------------------------------------
 
+    def forward_progress(self, command: p.Progress) -> None:
+        """Echo an SDK's progress at once (its dashboard listens for it), in order with
+        its result: the record in the log follows."""
+        if command.task_id in self.sent:
+            run = self.engine.runs.get(command.task_id) if self.engine else None
+            task_type = run.task.type if run is not None else None
+            self.out.write(p.progress(command.task_id, command.data, task_type=task_type))
+
     def on_progress(self, task_id: str, task_type: str | None, data: Any, local: bool) -> None:
-        if local:
-            self.out.write(p.progress(task_id, data, task_type=task_type))
+        return None  # our own SDK's progress is echoed by forward_progress
 
     def on_dead_letter(self, record: Record) -> None:
         line = p.max_retries_reached(
@@ -85,37 +94,46 @@ class Session:
 async def _read_lines(reader: asyncio.StreamReader, session: Session, engine: Engine,
                       clock: Clock) -> None:  # fmt: skip
     """Read stdin until EOF; every line is answered or acted on, none is fatal."""
-    pending = b""
-    while True:
-        chunk = await reader.read(1 << 16)
-        if not chunk:
-            break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
+    buffer = b""
+    skipping = False  # inside a line that is already known to be too long
+    while chunk := await reader.read(1 << 16):
+        buffer += chunk
+        if skipping:
+            end = buffer.find(b"\n")
+            if end < 0:
+                buffer = b""
+                continue
+            buffer, skipping = buffer[end + 1 :], False
+        *lines, buffer = buffer.split(b"\n")
         for line in lines:
             _handle(line, session, engine, clock)
-        if len(pending) > p.MAX_LINE_BYTES:
-            session.out.write(p.error(
-                f"line longer than {p.MAX_LINE_BYTES} bytes", code=p.LINE_TOO_LONG))  # fmt: skip
-            pending = await _skip_line(reader)
+        if len(buffer) > p.MAX_LINE_BYTES:
+            message = f"line exceeds {p.MAX_LINE_BYTES} bytes"
+            session.out.write(p.error(message, code=p.LINE_TOO_LONG))
+            buffer, skipping = b"", True
+    if buffer and not skipping:
+        _handle(buffer, session, engine, clock)  # a last line without its newline
 
 
-async def _skip_line(reader: asyncio.StreamReader) -> bytes:
-    while True:
-        chunk = await reader.read(1 << 16)
-        if not chunk:
-            return b""
-        if b"\n" in chunk:
-            return chunk.split(b"\n", 1)[1]
+def _clock_command(line: bytes) -> float | None:
+    """The seconds of a test-only ``_clock`` line, else None."""
+    try:
+        message = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(message, dict) or message.get("action") != CLOCK_ACTION:
+        return None
+    seconds = message.get("advance")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        return None  # then refused as an unknown action, like any malformed line
+    return float(seconds)
 
 
 def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None:
     if not line.strip():
         return
-    if isinstance(clock, ManualClock) and CLOCK_ACTION.encode() in line:
-        import orjson
-
-        clock.advance(float(orjson.loads(line).get("advance", 0)))
+    if isinstance(clock, ManualClock) and (seconds := _clock_command(line)) is not None:
+        clock.advance(seconds)
         engine.wake()
         return
     try:
@@ -127,6 +145,8 @@ def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None
         session.registered.add(command.task_type)
         engine.wake()
         return
+    if isinstance(command, p.Progress):
+        session.forward_progress(command)
     asyncio.get_running_loop().create_task(answer(command, engine, session.out))
 
 
@@ -151,15 +171,13 @@ async def serve(
     session.engine = engine
     await engine.start()
     dashboard = await _maybe_dashboard(engine, env)
-    reader = asyncio.StreamReader(limit=p.MAX_LINE_BYTES * 2)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin or sys.stdin)
+    reader = await open_input(stdin or sys.stdin)
     reading = loop.create_task(_read_lines(reader, session, engine, clock))
     stop = asyncio.Event()
-    signals = 0
 
     def on_signal() -> None:
-        nonlocal signals
-        signals += 1
+        if stop.is_set():
+            engine.hurry()  # a second signal ends the drain at once
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -167,18 +185,25 @@ async def serve(
             loop.add_signal_handler(sig, on_signal)
     stopping = loop.create_task(stop.wait())
     await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    engine.stop_claiming()
+    draining = loop.create_task(engine.drain())
+    await asyncio.wait({reading, draining}, return_when=asyncio.FIRST_COMPLETED)
     if reading.done():  # stdin EOF: no result can come back for what the SDK holds
-        for task_id in list(session.sent):
-            run = engine.runs.get(task_id)
-            if run is not None:
-                await engine.release(run, ev.REASON_DRAIN)
-    await engine.drain(timeout=0.0 if signals > 1 else None)
+        await _release_sent(session, engine)
+    await draining
     reading.cancel()
     stopping.cancel()
     if dashboard is not None:
         await dashboard.cleanup()
     await out.close()
     return 0
+
+
+async def _release_sent(session: Session, engine: Engine) -> None:
+    for task_id in list(session.sent):
+        run = engine.runs.get(task_id)
+        if run is not None and run.executor is session:
+            await engine.release(run, ev.REASON_DRAIN)
 
 
 async def _maybe_dashboard(engine: Engine, env: Mapping[str, str]) -> Any:

@@ -55,9 +55,10 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
         await engine.report_progress(command.task_id, command.data)
         return None  # progress for a task not running here is dropped (spec §3.3)
     if isinstance(command, p.Stats):
-        return p.stats(stats_view(engine), request_id=rid)
+        return p.stats(await engine.read(lambda: stats_view(engine)), request_id=rid)
     if isinstance(command, p.Get):
-        view = task_view(engine.state, command.task_id, now=engine.clock.now())
+        task_id = command.task_id
+        view = await engine.read(lambda: task_view(engine.state, task_id, now=engine.clock.now()))
         if view is None:
             return p.error(f"no task {command.task_id!r}", code=p.UNKNOWN_TASK,
                            task_id=command.task_id, request_id=rid)  # fmt: skip

@@ -1,10 +1,12 @@
-"""stdout for protocol lines only: non-blocking when stdout is a pipe, buffered writes."""
+"""The daemon's two streams: stdin read without blocking the loop, stdout for
+protocol lines only (non-blocking when it is a pipe)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import stat
+import threading
 from typing import Any
 
 
@@ -48,3 +50,27 @@ class Output:
         await self.drain()
         if self._transport is not None:
             self._transport.close()
+
+
+def _is_pipe(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+async def open_input(stream: Any) -> asyncio.StreamReader:
+    """A reader over stdin: the loop's pipe transport for pipes and sockets, a
+    reading thread for anything else (a file, /dev/null, a terminal)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    fd = stream.fileno()
+    if _is_pipe(fd):
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)
+        return reader
+
+    def pump() -> None:
+        while chunk := os.read(fd, 1 << 16):
+            loop.call_soon_threadsafe(reader.feed_data, chunk)
+        loop.call_soon_threadsafe(reader.feed_eof)
+
+    threading.Thread(target=pump, name="snerd-stdin", daemon=True).start()
+    return reader

@@ -35,7 +35,7 @@ class Harness:
     def __init__(self) -> None:
         self.store = MemoryStore()
         self.clock = ManualClock()
-        self.liveness = FakeLiveness()
+        self.liveness: FakeLiveness | None = FakeLiveness()
         self.engines: list[Engine] = []
         self.calls: list[tuple[str, str, int]] = []  # (daemon, task id, attempt)
 

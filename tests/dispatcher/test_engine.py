@@ -78,12 +78,13 @@ async def test_claims_of_a_dead_daemon_are_released_and_run_elsewhere(harness: H
     assert refusal is not None and refusal.code in ("not_active", "unknown_task")
 
 
-async def test_expired_lease_is_released_even_if_owner_looks_alive(harness: Harness) -> None:
+async def test_without_liveness_an_expired_lease_is_released(harness: Harness) -> None:
     never = asyncio.Event()
 
     async def stuck(job: Job) -> None:
         await never.wait()
 
+    harness.liveness = None  # e.g. a volume whose locks cannot tell who is alive
     a = await harness.engine({"t": stuck}, lease_seconds=10.0)
     await a.enqueue(_enqueue("job"))
     await settle(a, lambda: bool(a.runs))
@@ -93,6 +94,23 @@ async def test_expired_lease_is_released_even_if_owner_looks_alive(harness: Harn
     harness.clock.advance(6.0)
     await settle(b, lambda: "job" not in b.state.tasks)
     assert harness.calls[-1][0] == "d1"
+
+
+async def test_a_live_owner_keeps_its_claim_past_its_lease(harness: Harness) -> None:
+    never = asyncio.Event()
+
+    async def stuck(job: Job) -> None:
+        await never.wait()
+
+    a = await harness.engine({"t": stuck}, lease_seconds=10.0)
+    await a.enqueue(_enqueue("job"))
+    await settle(a, lambda: bool(a.runs))
+    b = await harness.engine({"t": _noop})
+    rounds = b.housekeeping_rounds
+    harness.clock.advance(30.0)
+    await settle(b, lambda: b.housekeeping_rounds > rounds)
+    assert b.state.tasks["job"].claim is not None
+    assert [c[0] for c in harness.calls] == ["d0"]
 
 
 async def test_timeout_fails_the_attempt_and_refuses_the_late_result(harness: Harness) -> None:
