@@ -61,6 +61,9 @@ class EngineConfig:
     drain_seconds: float = 30.0
     compact_min_bytes: int = 64 << 20
     compact_dead_ratio: float = 0.5
+    passive: bool = False
+    """Follow the log and accept operator commands only: no dispatch, no housekeeping
+    (dashboards and CLI tools: they never write unless told to)."""
 
 
 def new_daemon_id() -> str:
@@ -149,6 +152,8 @@ class Engine:
         await self.log.open(self)
         bulk, self._bulk = self._bulk, None
         self.state = bulk.finish()
+        if self.config.passive:
+            return
         self._loop_task = asyncio.get_running_loop().create_task(self._dispatch_loop())
         self._housekeeping()
 

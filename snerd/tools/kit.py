@@ -115,14 +115,13 @@ def cli_daemon_id(tool: str) -> str:
 
 
 def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
-    """An engine on ``storage`` that claims nothing (no executor accepts a task) and
-    never compacts by itself; the caller starts it and drains it."""
+    """A passive engine on ``storage``: it claims nothing and keeps no house (no
+    orphan release, no compaction); it writes only what its caller asks for. The
+    caller starts it and drains it."""
     from snerd.dispatcher.engine import Engine, EngineConfig
     from snerd.eventlog.filelog import FileLog
 
-    config = EngineConfig(
-        daemon_id=cli_daemon_id(tool), compact_min_bytes=1 << 62, housekeeping_seconds=3600.0
-    )
+    config = EngineConfig(daemon_id=cli_daemon_id(tool), passive=True)
     return Engine(FileLog(storage, follow=follow), executors=[], config=config)
 
 
