@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,17 @@ from rich.console import Console
 from rich.table import Table
 
 from snerd.eventlog.base import Record, SkippedLine
-from snerd.projections.history import Audit, History, Problem, TaskHistory, until
+from snerd.projections import events as ev
+from snerd.projections.apply import record_time
+from snerd.projections.history import (
+    Audit,
+    History,
+    Problem,
+    TaskHistory,
+    audit,
+    summarize,
+    until,
+)
 from snerd.projections.schedule import format_instant
 from snerd.tools import kit
 from snerd.tools.replay_checks import Verifier
@@ -52,16 +62,16 @@ class Source:
             return iter_history(self.path)
         return read_records(self.path)
 
-    def records(self) -> Iterator[Record]:
+    def records(self, *, keep_skipped: bool = True) -> Iterator[Record]:
         """Every record in order; skipped lines are kept in ``skipped``."""
         from snerd.errors import LogError
 
         try:
             for item in self.items():
-                if isinstance(item, SkippedLine):
-                    self.skipped.append(item)
-                else:
+                if not isinstance(item, SkippedLine):
                     yield item
+                elif keep_skipped:
+                    self.skipped.append(item)
         except LogError as exc:
             raise UsageProblem(str(exc)) from None
 
@@ -108,7 +118,7 @@ def count_lines(files: list[Path]) -> int:
     return total
 
 
-def _with_progress(records: Iterator[Record], total: int) -> Iterator[Record]:
+def _with_progress(records: Iterator[Mapping[str, Any]], total: int) -> Iterator[Mapping[str, Any]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
@@ -132,17 +142,69 @@ def progress_total(source: Source) -> int | None:
 
 def run_replay(
     source: Source, *, task: str | None, at: float | None, verify: bool, now: float
-) -> History:
-    """Fold the source through the audit fold (the whole history, or until ``at``)."""
-    records = source.records()
+) -> tuple[History, TaskHistory | None]:
+    """The figures of every task, and the full history of ``task`` if given.
+
+    Without ``--verify`` the figures come from the fast :class:`Summary`, and a task's
+    transitions from a second pass that folds only the records of that task and of
+    its parents (all its state depends on); ``--verify`` needs the state before every
+    record, hence the full audit fold (several times slower).
+    """
+    now = now if at is None else at
+    records: Iterator[Mapping[str, Any]] = source.records()
     total = progress_total(source)
     if total is not None:
         records = _with_progress(records, total)
-    keep = (lambda task_id: task_id == task) if task is not None else (lambda _: False)
-    now = now if at is None else at
-    auditor = Audit(keep=keep, check=Verifier() if verify else None, now=now)
-    auditor.feed(records if at is None else until(records, at))
-    return auditor.finish(now)
+    if at is not None:
+        records = until(records, at)
+    if verify:
+        keep = (lambda task_id: task_id == task) if task is not None else (lambda _: False)
+        history = audit(records, now, keep=keep, check=Verifier())
+        return history, history.tasks.get(task) if task is not None else None
+    parents: set[str] = set()
+    if task is not None:
+        records = _noting_parents(records, task, parents)
+    history = summarize(records, now)
+    if task is None or task not in history.tasks:
+        return history, None
+    again = source.records(keep_skipped=False)
+    return history, history_of(again if at is None else until(again, at), task, parents, now)
+
+
+def _noting_parents(
+    records: Iterable[Mapping[str, Any]], task: str, parents: set[str]
+) -> Iterator[Mapping[str, Any]]:
+    for record in records:
+        if _names(record, {task}):
+            found = record.get(ev.F_TRIGGER_AFTER_IDS)
+            if isinstance(found, list):
+                parents.update(p for p in found if isinstance(p, str))
+        yield record
+
+
+def _names(record: Mapping[str, Any], ids: Container[str]) -> bool:
+    task_id, key = record.get(ev.F_TASK_ID), record.get(ev.F_DLQ_KEY)
+    return (isinstance(task_id, str) and task_id in ids) or (isinstance(key, str) and key in ids)
+
+
+def history_of(
+    records: Iterable[Mapping[str, Any]], task: str, parents: Iterable[str], now: float | None
+) -> TaskHistory | None:
+    """``task``'s full history, folding only the records that name it or a parent
+    (every parent it ever had). Equal to :func:`audit`'s: a task's state depends on its
+    own records and on whether each parent is live or dead-lettered, which depends
+    only on the parent's records. Each record is judged at the full stream's clock."""
+    wanted = {task, *parents}
+    auditor = Audit(keep=lambda task_id: task_id == task, now=now)
+    clock: float | None = None
+    for record in records:
+        if _names(record, wanted):
+            auditor.clock = clock
+            auditor.add(record)
+        seen = record_time(record)
+        if seen is not None:
+            clock = seen
+    return auditor.finish(now).tasks.get(task)
 
 
 # --- output ---------------------------------------------------------------------------
@@ -282,8 +344,7 @@ def replay(
     try:
         at = parse_at(at_text)
         source = open_source(path)
-        history = run_replay(source, task=task_id, at=at, verify=verify, now=time.time())
-        entry = history.tasks.get(task_id) if task_id is not None else None
+        history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time())
         if task_id is not None and entry is None:
             raise UsageProblem(f"no task {task_id!r} in {path}")
     except UsageProblem as exc:

@@ -12,11 +12,16 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import given, settings
 
+from snerd.projections.history import audit
 from snerd.projections.schedule import format_instant
 from snerd.projections.snapshot import snapshot_records
 from snerd.projections.state import empty, fold
-from snerd.tools.replay import replay
+from snerd.tools.replay import history_of, replay
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+import loggen
 
 REPO = Path(__file__).resolve().parents[2]
 T = 1_700_000_000.0
@@ -307,6 +312,27 @@ def test_a_storage_dir_reads_archives_then_the_live_log(tmp_path: Path) -> None:
     live_only = as_json(tmp_path / "s" / "tasks" / "tasks.log")  # the snapshot + tail
     assert live_only["counts"]["dead_lettered"] == whole["counts"]["dead_lettered"] == 3
     assert "ok" not in live_only["tasks"]  # it completed before the compaction
+
+
+# --- the two-pass --task path equals the full audit ---------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs=loggen.any_logs, now=loggen.nows)
+def test_history_of_one_task_equals_the_full_audit(logs: list[dict[str, Any]], now: float) -> None:
+    full = audit(logs, now)
+    for task_id, entry in full.tasks.items():
+        parents: set[str] = set()
+        for record in logs:
+            found = record.get("triggerAfterIds")
+            if task_id in (record.get("taskId"), record.get("dlqKey")) and isinstance(found, list):
+                parents.update(p for p in found if isinstance(p, str))
+        focused = history_of(logs, task_id, parents, now)
+        assert focused is not None
+        assert focused.transitions == entry.transitions
+        assert (focused.state, focused.attempts, focused.history_len) == (
+            entry.state, entry.attempts, entry.history_len,
+        )  # fmt: skip
 
 
 # --- exit 2 -----------------------------------------------------------------------------------
