@@ -161,12 +161,18 @@ def _event_name(record: Mapping[str, Any]) -> str:
 
 
 def _subject(record: Mapping[str, Any]) -> str | None:
-    """The task id a record is about (a purge may name only its DLQ key)."""
-    for name in (ev.F_TASK_ID, ev.F_DLQ_KEY):
-        value = record.get(name)
-        if isinstance(value, str) and value:
-            return value
-    return None
+    """The task id a record is about (for a purge: the DLQ key, as the fold reads it)."""
+    task_id = record.get(ev.F_TASK_ID)
+    task_id = task_id if isinstance(task_id, str) and task_id else None
+    if record.get(ev.F_EVENT) == ev.PURGED:
+        return _dlq_key(record, task_id)
+    return task_id
+
+
+def _dlq_key(record: Mapping[str, Any], task_id: str | None) -> str | None:
+    """The DLQ key a dead_lettered/requeued/purged record means (the fold's reading)."""
+    value = record.get(ev.F_DLQ_KEY) or task_id
+    return None if value is None else str(value)
 
 
 def _int(value: Any) -> int | None:
@@ -198,10 +204,59 @@ def _opens_history(record: Mapping[str, Any], event: str) -> bool:
     return record.get(ev.F_EVENT) not in ev.LIGHT_EVENTS and event != ev.PURGED
 
 
-class Audit:
+class _Fold:
+    """What both folds share: the task table, problems, and the clock. A record is
+    judged as of its ``ts``, else the last one seen, else ``now``."""
+
+    def __init__(self, now: float | None) -> None:
+        self.tasks: dict[str, TaskHistory] = {}
+        self.problems: list[Problem] = []
+        self.events = 0
+        self.clock: float | None = None  # the last ts seen (a caller may set it)
+        self.now = now  # the clock for records before any ts (SnerdMQ lines have none)
+
+    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for record in records:
+            self.add(record)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _tick(self, record: Mapping[str, Any]) -> None:
+        self.events += 1
+        at = record_time(record)
+        if at is not None:
+            self.clock = at
+
+    def _instant(self) -> float | None:
+        return self.now if self.clock is None else self.clock
+
+    def _problem(self, record: Mapping[str, Any], subject: str | None, message: str) -> None:
+        seq = _int(record.get(ev.F_SEQ))
+        self.problems.append(Problem(self.events, seq, subject, message))
+
+    def _opened(self, record: Mapping[str, Any], subject: str, event: str) -> TaskHistory | None:
+        """The subject's history, created unless a light event names an unknown id."""
+        history = self.tasks.get(subject)
+        if history is None and _opens_history(record, event):
+            history = self.tasks[subject] = TaskHistory(subject)
+        return history
+
+    def _settle(self, state: QueueState, now: float | None) -> History:
+        """Final states as of ``now`` (default: the last ``ts``)."""
+        now = self._instant() if now is None else now
+        for task_id, history in self.tasks.items():
+            task = state.tasks.get(task_id)
+            if task is not None:
+                history.state = live_state(task, now)
+            elif task_id in state.dlq:
+                history.state = DEAD_LETTERED
+        return History(self.tasks, state, self.events, state.invalid, self.problems)
+
+
+class Audit(_Fold):
     """Feed records in order, then :meth:`finish`. ``keep(task_id)`` says whose
-    transitions to store (all by default); counts and final states are always kept.
-    A record is judged as of its ``ts``, else the last one seen, else ``now``."""
+    transitions to store (all by default); figures and final states are always kept."""
 
     def __init__(
         self,
@@ -211,26 +266,15 @@ class Audit:
         rebuild_every: int = 1 << 16,
         now: float | None = None,
     ) -> None:
+        super().__init__(now)
         self.folder = Folder(empty())
-        self.tasks: dict[str, TaskHistory] = {}
-        self.problems: list[Problem] = []
-        self.events = 0
         self.keep = keep
         self.check = check
-        self.clock: float | None = None  # the last ts seen, in seconds
-        self.now = now  # the clock for records before any ts (SnerdMQ lines have none)
         self.snapshot_left = 0  # records of a snapshot block still to come
         self.rebuild_every = rebuild_every  # records between rebuilds of the fold's heaps
 
-    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
-        for record in records:
-            self.add(record)
-
     def add(self, record: Mapping[str, Any]) -> None:
-        self.events += 1
-        at = record_time(record)
-        if at is not None:
-            self.clock = at
+        self._tick(record)
         in_snapshot = self._snapshot_block(record)
         subject = _subject(record)
         if self.check is not None:
@@ -247,15 +291,7 @@ class Audit:
 
     def finish(self, now: float | None = None) -> History:
         """The histories with final states as of ``now`` (default: the last ``ts``)."""
-        state, _ = self.folder.finish()
-        now = self._instant() if now is None else now
-        for task_id, history in self.tasks.items():
-            task = state.tasks.get(task_id)
-            if task is not None:
-                history.state = live_state(task, now)
-            elif task_id in state.dlq:
-                history.state = DEAD_LETTERED
-        return History(self.tasks, state, self.events, state.invalid, self.problems)
+        return self._settle(self.folder.finish()[0], now)
 
     # --- one record -------------------------------------------------------------------
 
@@ -279,20 +315,14 @@ class Audit:
         for message in self.check(record, before):
             self._problem(record, subject, message)
 
-    def _problem(self, record: Mapping[str, Any], subject: str | None, message: str) -> None:
-        seq = _int(record.get(ev.F_SEQ))
-        self.problems.append(Problem(self.events, seq, subject, message))
-
     def _note(self, record: Mapping[str, Any], subject: str) -> None:
         event = _event_name(record)
-        history = self.tasks.get(subject)
+        history = self._opened(record, subject, event)
         if history is None:
-            if not _opens_history(record, event):
-                return  # a light event about an id never seen: nothing to attach it to
-            history = self.tasks[subject] = TaskHistory(subject)
+            return  # a light event about an id never seen: nothing to attach it to
         state = self._state_of(subject, event, history.state)
         self._append(history, record, event, state)
-        key = _str(record.get(ev.F_DLQ_KEY))
+        key = _dlq_key(record, subject)
         if event == ev.DEAD_LETTERED and key is not None and key != subject:
             entry = self.tasks.setdefault(key, TaskHistory(key))
             self._append(entry, record, event, DEAD_LETTERED)
@@ -353,9 +383,6 @@ class Audit:
             cause = {k: record[k] for k in (ev.F_SEQ, ev.F_TS, ev.F_DAEMON) if k in record}
             self._append(history, {**cause, ev.F_REASON: why}, name, state, derived=True)
 
-    def _instant(self) -> float | None:
-        return self.now if self.clock is None else self.clock
-
     def _rebuild(self) -> None:
         """Drop the stale heap entries an incremental fold accumulates (same state)."""
         state, _ = self.folder.finish()
@@ -366,45 +393,34 @@ class Audit:
         self.folder = Folder(fresh)
 
 
-class Summary:
+class Summary(_Fold):
     """What :class:`Audit` reports per task (final state, attempts, last error, type,
     history length), without transitions, in a fraction of the time: the bulk fold
     plus a few dict operations per record. Property tests check both agree."""
 
     def __init__(self, *, now: float | None = None) -> None:
+        super().__init__(now)
         self.bulk = BulkFolder()
-        self.tasks: dict[str, TaskHistory] = {}
-        self.problems: list[Problem] = []
-        self.events = 0
-        self.clock: float | None = None
-        self.now = now
-
-    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
-        for record in records:
-            self.add(record)
 
     def add(self, record: Mapping[str, Any]) -> None:
-        self.events += 1
-        at = record_time(record)
-        if at is not None:
-            self.clock = at
-        bulk = self.bulk
-        invalid = bulk.invalid
-        bulk.feed((record,))
+        self._tick(record)
+        invalid = self.bulk.invalid
+        self.bulk.feed((record,))
         subject = _subject(record)
-        if bulk.invalid > invalid:
-            seq = _int(record.get(ev.F_SEQ))
-            self.problems.append(Problem(self.events, seq, subject, UNUSABLE))
+        if self.bulk.invalid > invalid:
+            self._problem(record, subject, UNUSABLE)
         elif subject is not None:
             self._note(record, subject)
 
+    def finish(self, now: float | None = None) -> History:
+        """The figures with final states as of ``now`` (default: the last ``ts``)."""
+        return self._settle(self.bulk.finish(), now)
+
     def _note(self, record: Mapping[str, Any], subject: str) -> None:
         event = _event_name(record)
-        history = self.tasks.get(subject)
+        history = self._opened(record, subject, event)
         if history is None:
-            if not _opens_history(record, event):
-                return
-            history = self.tasks[subject] = TaskHistory(subject)
+            return
         entry = self.bulk.live.get(subject)
         if entry is not None:
             state = PENDING  # a placeholder: live tasks get their state in finish()
@@ -413,24 +429,11 @@ class Summary:
         else:
             state = _ENDINGS.get(event) or history.state or COMPLETED
         tally(history, record, event, state, entry.attempt if entry else 0)
-        key = _str(record.get(ev.F_DLQ_KEY))
+        key = _dlq_key(record, subject)
         if event == ev.DEAD_LETTERED and key is not None and key != subject:
             live = self.bulk.live.get(key)
-            entry_history = self.tasks.setdefault(key, TaskHistory(key))
-            tally(entry_history, record, event, DEAD_LETTERED, live.attempt if live else 0)
-
-    def finish(self, now: float | None = None) -> History:
-        """The figures with final states as of ``now`` (default: the last ``ts``)."""
-        state = self.bulk.finish()
-        if now is None:
-            now = self.now if self.clock is None else self.clock
-        for task_id, history in self.tasks.items():
-            task = state.tasks.get(task_id)
-            if task is not None:
-                history.state = live_state(task, now)
-            elif task_id in state.dlq:
-                history.state = DEAD_LETTERED
-        return History(self.tasks, state, self.events, state.invalid, self.problems)
+            keyed = self.tasks.setdefault(key, TaskHistory(key))
+            tally(keyed, record, event, DEAD_LETTERED, live.attempt if live else 0)
 
 
 def summarize(records: Iterable[Mapping[str, Any]], now: float | None = None) -> History:

@@ -325,7 +325,8 @@ def test_history_of_one_task_equals_the_full_audit(logs: list[dict[str, Any]], n
         parents: set[str] = set()
         for record in logs:
             found = record.get("triggerAfterIds")
-            if task_id in (record.get("taskId"), record.get("dlqKey")) and isinstance(found, list):
+            named = (record.get("taskId"), str(record.get("dlqKey") or ""))
+            if task_id in named and isinstance(found, list):
                 parents.update(p for p in found if isinstance(p, str))
         focused = history_of(logs, task_id, parents, now)
         assert focused is not None
