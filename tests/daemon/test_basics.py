@@ -373,3 +373,15 @@ async def test_stdout_carries_only_protocol_lines(spawn) -> None:
         "ack", "execute", "progress", "error", "stats", "task", "ok", "max_retries_reached",
     }  # fmt: skip
     assert wire.client.stderr_tail  # the diagnostics went to stderr
+
+
+async def test_unicode_ids_and_data_round_trip(daemon: Wire) -> None:
+    task_id = "über-✓-😀"
+    data = 'line one\nline two \u2028 \u2029 "quoted" \\ \x00 😀'
+    await daemon.ack(task_id, task_data=data)
+    execute = await daemon.expect("execute", task_id=task_id)
+    assert execute["task_data"] == data
+    await daemon.result(task_id, ok=False, error="fehlgeschlagen ✗")
+    retry = await daemon.expect("execute", task_id=task_id)
+    assert retry["attempt"] == 2
+    assert (await daemon.get(task_id))["LastErrorObj"] == "fehlgeschlagen ✗"

@@ -181,3 +181,38 @@ async def test_a_live_owner_keeps_its_claim_past_the_lease(spawn, storage) -> No
     assert not events_of(storage, "long", "claim_released")
     await owner.result("long")
     await owner.logged("long", "succeeded")
+
+
+async def test_dedupe_and_duplicate_ids_hold_across_daemons(spawn) -> None:
+    first = await spawn()
+    second = await spawn()
+    await first.ack("d1", task_data="same", auto_dedupe=True)
+    dup = await second.enqueue("d2", task_data="same", auto_dedupe=True)
+    assert dup.get("duplicate_of") == "d1"
+    clash = await second.enqueue("d1", task_data="other")
+    assert clash["code"] == "duplicate_task"
+
+
+async def test_a_daemon_started_after_a_crash_releases_the_dead_claim(spawn, storage) -> None:
+    crashed = await spawn(clock=False, register=("t",))
+    await crashed.ack("orphaned")
+    await crashed.expect("execute", task_id="orphaned")
+    await crashed.kill()
+    heir = await spawn(clock=False, register=("t",), env=FAST_HOUSEKEEPING)
+    execute = await heir.expect("execute", task_id="orphaned", timeout=10)
+    assert execute["attempt"] == 2
+    assert [r["reason"] for r in events_of(storage, "orphaned", "claim_released")] == ["owner_died"]
+
+
+async def test_fail_through_across_daemons(spawn) -> None:
+    runner = await spawn(register=("parent",))
+    other = await spawn(register=("child",))
+    await other.ack("P", "parent", max_retries=0)
+    await other.ack("C", "child", trigger_after_ids=["P"])
+    await runner.expect("execute", task_id="P")
+    await runner.result("P", ok=False, error="x")
+    await runner.expect("max_retries_reached", task_id="P")
+    dead = await runner.expect("max_retries_reached", task_id="C")  # the writer tells
+    assert dead["reason"] == "blocked_by_failed_parent"
+    await other.quiet("execute", task_id="C")
+    assert (await other.get("C"))["status"] == "dead_lettered"
