@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from snerd.projections import heap
 from snerd.projections.rules import phase_for
-from snerd.projections.state import QueueState, lane_key, timer_key
+from snerd.projections.state import RATE_WINDOW_SECONDS, QueueState, lane_key, timer_key
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
 
 
@@ -113,3 +113,50 @@ def check_invariants(state: QueueState, now: float) -> None:
 def sorted_ids(tasks: Mapping[str, Task]) -> list[str]:
     """Task ids in FIFO order."""
     return [t.id for t in sorted(tasks.values(), key=lambda t: t.order)]
+
+
+# --- what a compaction must preserve (specs/log-format.md §9) -----------------------------
+
+
+def ms(seconds: float | None) -> int | None:
+    """Times compare in whole milliseconds: the unit a snapshot line writes."""
+    return None if seconds is None else round(seconds * 1000)
+
+
+def observable(task: Task) -> tuple[Any, ...]:
+    """Every field but ``order``, with the claim's times in whole milliseconds."""
+    claim = task.claim
+    if claim is not None:
+        claim = replace(claim, at=ms(claim.at), lease_until=ms(claim.lease_until))
+    return task_view(replace(task, claim=claim), order=False)
+
+
+def live_view(state: QueueState) -> dict[str, tuple[Any, ...]]:
+    return {k: observable(t) for k, t in state.tasks.items()}
+
+
+def dlq_view(state: QueueState) -> dict[str, tuple[Any, ...]]:
+    return {k: (d.reason, d.error, ms(d.at), observable(d.task)) for k, d in state.dlq.items()}
+
+
+def recent_windows(state: QueueState, now: float) -> dict[str, tuple[int | None, ...]]:
+    out = {}
+    for group, times in state.windows.items():
+        recent = tuple(ms(t) for t in times if t > now - RATE_WINDOW_SECONDS)
+        if recent:
+            out[group] = recent
+    return out
+
+
+def observable_view(state: QueueState, now: float) -> dict[str, Any]:
+    """Everything §9 guarantees a snapshot preserves, as of ``now``."""
+    return {
+        "live": live_view(state),
+        "fifo": sorted_ids(state.tasks),
+        "dlq": dlq_view(state),
+        "blocked": {t.id for t in state.tasks.values() if t.phase == BLOCKED},
+        "doomed": set(state.doomed),
+        "by_daemon": {k: set(v) for k, v in state.by_daemon.items()},
+        "fingerprints": {k: set(v) for k, v in state.fingerprints.items()},
+        "windows": recent_windows(state, now),
+    }

@@ -14,7 +14,7 @@ from snerd.projections import events as ev
 from snerd.projections.replay import BulkFolder, bulk_fold
 from snerd.projections.state import QueueState, advance, empty, fold
 
-CORE = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CORE = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WIDE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -45,7 +45,7 @@ any_mappings = st.dictionaries(
 )
 
 
-@WIDE
+@settings(max_examples=150, deadline=None)
 @given(st.lists(any_mappings, max_size=12))
 def test_fold_never_raises_on_any_mapping(records: list[dict[str, Any]]) -> None:
     fold(empty(), records)

@@ -2,13 +2,12 @@
 
 (e) Folding ``snapshot_records(fold(log), now)`` gives what folding the whole log
 gives, on everything a reader can observe as of ``now`` (specs/log-format.md,
-"Compaction snapshot", guarantees 1-6). (f) A task survives being written as a
+§9 "Compaction snapshot", guarantees 1-8). (f) A task survives being written as a
 full-state line and read back.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -16,14 +15,22 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 from loggen import Bytes, any_logs, nows, task_fields
-from projcheck import check_invariants, sorted_ids, task_view
+from projcheck import (
+    check_invariants,
+    dlq_view,
+    live_view,
+    observable_view,
+    recent_windows,
+    sorted_ids,
+    task_view,
+)
 
 from snerd.projections import events as ev
 from snerd.projections.snapshot import snapshot_records
-from snerd.projections.state import RATE_WINDOW_SECONDS, QueueState, advance, empty, fold
+from snerd.projections.state import QueueState, advance, empty, fold
 from snerd.projections.task import BLOCKED, Task, task_from_record, task_to_record
 
-CORE = settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CORE = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 _INSTANT_FIELDS = (ev.F_EXECUTE_AT, ev.F_RETRY_AFTER_TIME, ev.F_CREATED_AT)
@@ -58,36 +65,6 @@ def compacted(state: QueueState, now: float) -> QueueState:
     return folded(lines, now)
 
 
-def ms(seconds: float | None) -> int | None:
-    """Times compare in whole milliseconds: the unit a snapshot line writes."""
-    return None if seconds is None else round(seconds * 1000)
-
-
-def observable(task: Task) -> tuple[Any, ...]:
-    """Every field but ``order``, with the claim's times in whole milliseconds."""
-    claim = task.claim
-    if claim is not None:
-        claim = replace(claim, at=ms(claim.at), lease_until=ms(claim.lease_until))
-    return task_view(replace(task, claim=claim), order=False)
-
-
-def live_view(state: QueueState) -> dict[str, tuple[Any, ...]]:
-    return {k: observable(t) for k, t in state.tasks.items()}
-
-
-def dlq_view(state: QueueState) -> dict[str, tuple[Any, ...]]:
-    return {k: (d.reason, d.error, ms(d.at), observable(d.task)) for k, d in state.dlq.items()}
-
-
-def recent_windows(state: QueueState, now: float) -> dict[str, tuple[int | None, ...]]:
-    out = {}
-    for group, times in state.windows.items():
-        recent = tuple(ms(t) for t in times if t > now - RATE_WINDOW_SECONDS)
-        if recent:
-            out[group] = recent
-    return out
-
-
 # --- (e) compaction equivalence ------------------------------------------------------------
 
 
@@ -114,9 +91,13 @@ def test_snapshot_replays_to_the_same_observable_state(
     assert {k: set(v) for k, v in rebuilt.by_daemon.items()} == {
         k: set(v) for k, v in original.by_daemon.items()
     }
+    assert {k: set(v) for k, v in rebuilt.fingerprints.items()} == {
+        k: set(v) for k, v in original.fingerprints.items()
+    }
     # 6. the same rate windows as of now
     assert recent_windows(rebuilt, now) == recent_windows(original, now)
     check_invariants(rebuilt, now)
+    assert observable_view(rebuilt, now) == observable_view(original, now)
 
 
 @settings(max_examples=300, deadline=None)
