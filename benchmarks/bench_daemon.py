@@ -80,8 +80,8 @@ class Stdio:
 
 
 def _enqueue(i: int) -> dict[str, Any]:
-    return {"action": "enqueue", "task_id": f"t{i}", "task_type": "bench",
-            "task_data": '{"n": %d}' % i}  # fmt: skip
+    data = orjson.dumps({"n": i}).decode()
+    return {"action": "enqueue", "task_id": f"t{i}", "task_type": "bench", "task_data": data}
 
 
 async def bench_latency(tmp: Path, n: int) -> list[float]:
