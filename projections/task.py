@@ -8,7 +8,6 @@ writes them back, so a line survives a read/write round trip unchanged.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -26,7 +25,8 @@ BLOCKED: Final = "blocked"  # waiting for DAG parents
 ACTIVE: Final = "active"  # claimed by a daemon
 
 _EMPTY: Final[Mapping[str, Any]] = pmap()
-_INFINITIES: Final = (math.inf, -math.inf)
+_MAX_EXACT: Final = float(2**53)
+_LAST_INSTANT: Final = 253_402_300_799.999  # 9999-12-31T23:59:59.999Z
 _parse_cached = functools.lru_cache(maxsize=4096)(parse_instant)
 _format_cached = functools.lru_cache(maxsize=4096)(format_instant)
 
@@ -90,10 +90,10 @@ def _opt_str(value: Any) -> str | None:
 
 
 def _number(value: Any, name: str, default: float) -> float:
-    """A finite number, else ``default``: a bad optional field never loses a task
-    (``snerdmq replay --verify`` reports it)."""
+    """A number a line can hold again (|x| < 2**53), else ``default``: a bad optional
+    field never loses a task (``snerdmq replay --verify`` reports it)."""
     kind = type(value)
-    if (kind is float or kind is int) and value == value and value not in _INFINITIES:
+    if (kind is float or kind is int) and -_MAX_EXACT < value < _MAX_EXACT:
         return float(value)
     return default
 
@@ -101,14 +101,17 @@ def _number(value: Any, name: str, default: float) -> float:
 def _instant(value: Any, name: str) -> float | None:
     """Epoch seconds from an RFC 3339 string or a number; None when absent or bad."""
     kind = type(value)
+    instant: float | None = None
     if kind is str and value:
         try:
-            return _parse_cached(value)
+            instant = _parse_cached(value)
         except (EventError, ValueError, OverflowError):
             return None
-    if (kind is float or kind is int) and value == value and value not in _INFINITIES:
-        return float(value)
-    return None
+    elif kind is float or kind is int:
+        instant = float(value)
+    if instant is not None and 0.0 <= instant <= _LAST_INSTANT:
+        return instant
+    return None  # absent, unreadable, or outside what RFC 3339 lines can say
 
 
 def _since_creation(record: Mapping[str, Any], key: str, created: float | None) -> float | None:

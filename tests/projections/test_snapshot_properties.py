@@ -202,14 +202,9 @@ def test_round_trip_keeps_unknown_fields() -> None:
     assert task_to_record(task)["tenant"] == {"id": 7}
 
 
-# --- open bug (reported): numbers a full-state line accepts but cannot write back -----------
+# --- numbers a line cannot write back fall back to their defaults -----------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="task_from_record accepts numbers task_to_record cannot write back: "
-    "snapshot_records raises EventError or yields ints beyond 64 bits (compaction fails)",
-)
 @pytest.mark.parametrize(
     ("name", "value"),
     [
