@@ -77,7 +77,8 @@ current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar(
 )
 
 
-def _decode(data: str) -> Any:
+def decode_data(data: str) -> Any:
+    """Stored task data as the JSON value it holds, or the text itself if not JSON."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -95,7 +96,7 @@ class HandlerExecutor:
 
     def start(self, run: Run, outcomes: Outcomes) -> None:
         handler = self.handlers[run.task.type]
-        job = Job(run.task.id, run.task.type, _decode(run.task.data), run.attempt, outcomes)
+        job = Job(run.task.id, run.task.type, decode_data(run.task.data), run.attempt, outcomes)
         run.handle = asyncio.get_running_loop().create_task(self._run(handler, job, outcomes))
 
     async def _run(self, handler: Handler, job: Job, outcomes: Outcomes) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from snerd.dispatcher.executors import Outcomes, Run
+from snerd.dispatcher.executors import Outcomes, Run, decode_data
 from snerd.eventlog.base import Record
 from snerd.projections import events as ev
 from snerd.projections.task import Task
@@ -23,13 +23,6 @@ log = logging.getLogger("snerd.webhooks")
 DEFAULT_TIMEOUT = 30.0
 EXECUTE = "Execute"
 MAX_RETRIES_REACHED = "MaxRetriesReached"
-
-
-def _decode(data: str) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return data
 
 
 class WebhookExecutor:
@@ -54,7 +47,7 @@ class WebhookExecutor:
         task = run.task
         timeout = task.max_execution_seconds or self.timeout
         body = {
-            "task_id": task.id, "task_type": task.type, "task_data": _decode(task.data),
+            "task_id": task.id, "task_type": task.type, "task_data": decode_data(task.data),
             "attempt": run.attempt, "retry_count": task.retry_count,
         }  # fmt: skip
         error = await self._post(task.webhook_url or "", EXECUTE, body, timeout)
@@ -92,7 +85,7 @@ class WebhookExecutor:
             return
         body = {
             "task_id": record.get(ev.F_TASK_ID), "task_type": record.get(ev.F_TASK_TYPE),
-            "task_data": _decode(str(record.get(ev.F_TASK_DATA))),
+            "task_data": decode_data(str(record.get(ev.F_TASK_DATA))),
             "reason": record.get(ev.F_REASON), "last_error": record.get(ev.F_LAST_ERROR_TEXT),
             "retry_count": record.get(ev.F_RETRY_COUNT),
         }  # fmt: skip

@@ -122,7 +122,8 @@ def _since_creation(record: Mapping[str, Any], key: str, created: float | None) 
     return None if instant is not None and instant == created else instant
 
 
-def _last_error(record: Mapping[str, Any]) -> str | None:
+def record_error(record: Mapping[str, Any]) -> str | None:
+    """The error a line carries: LastJobError (object or text), else LastErrorObj."""
     value = record.get(ev.F_LAST_ERROR)
     if isinstance(value, dict):
         value = value.get("error")
@@ -195,7 +196,7 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
         auto_dedupe=bool(get(ev.F_AUTO_DEDUPE, False)),
         fingerprint=_opt_str(get(ev.F_FINGERPRINT)),
         parents=_parents(get(ev.F_TRIGGER_AFTER_IDS)),
-        last_error=_last_error(record),
+        last_error=record_error(record),
         created_at=created,
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
