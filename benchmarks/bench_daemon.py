@@ -9,7 +9,12 @@ Printed in one run, all durable (fsync on ack):
     every execute at once), and the ratio to (a);
 (d) tasks/s through the embedded API (``snerd.Queue``), ratio to (a);
 (e) a peer queue, huey with SQLite storage and a thread consumer, when installed:
-    its tasks/s and enqueue -> start latency, and our ratios to it.
+    its tasks/s and enqueue -> start latency, and our ratios to it;
+(f) the official SnerdMQ Python SDK (``snerdmq-python``) driving our daemon as its
+    binary, when installed: tasks/s and enqueue -> handler latency.
+
+SnerdMQ's own Rust daemon cannot be built here (its crates are not reachable), so it
+is not measured; see README "Performance" for what its design implies.
 """
 
 from __future__ import annotations
@@ -187,6 +192,54 @@ def bench_huey(tmp: Path, n: int) -> tuple[float, float] | None:
     return rate, statistics.median(lat)
 
 
+def _shim(tmp: Path) -> Path:
+    """An executable the SDK can spawn as its binary: our daemon under this Python."""
+    path = tmp / "snerdmq"
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{DAEMON}' \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
+async def bench_sdk(tmp: Path, n: int) -> tuple[float, float] | None:
+    """(tasks/s, median enqueue -> handler latency) through the official SDK, or None."""
+    try:
+        from snerdmq import SnerdQueue
+    except ImportError:
+        return None
+    import contextlib
+    import io
+
+    os.environ["PYTHONPATH"] = str(REPO)
+    queue = SnerdQueue(binary_path=str(_shim(tmp)), storage_path=str(tmp / "sdk"))
+    started: dict[int, float] = {}
+    all_done = asyncio.Event()
+    sent: dict[int, float] = {}
+
+    async def work(data: Any) -> None:
+        started[data["n"]] = time.perf_counter() - sent[data["n"]]
+        if len(started) == n:
+            all_done.set()
+
+    queue.register_handler("bench", work)
+    with contextlib.redirect_stdout(io.StringIO()):  # the SDK prints every line it reads
+        await queue.start_listening()
+        start = time.perf_counter()
+        for i in range(n):
+            sent[i] = time.perf_counter()
+        await asyncio.gather(*(queue.enqueue(f"t{i}", "bench", {"n": i}) for i in range(n)))
+        await asyncio.wait_for(all_done.wait(), 600)
+        rate = n / (time.perf_counter() - start)
+        latencies = []
+        for i in range(n, n + 100):
+            sent[i] = time.perf_counter()
+            await queue.enqueue(f"t{i}", "bench", {"n": i})
+            while i not in started:
+                await asyncio.sleep(0.0002)
+            latencies.append(started[i])
+        await queue.shutdown()
+    return rate, statistics.median(latencies)
+
+
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -220,6 +273,15 @@ def main() -> None:
                   f"  latency p50 {median * 1e3:.1f} ms")  # fmt: skip
             print(f"    ratios: daemon {tput / rate:.2f}x, embedded {emb / rate:.2f}x tasks/s;"
                   f" latency {median * 1e3 / p50:.1f}x lower")  # fmt: skip
+        sdk = asyncio.run(bench_sdk(tmp, min(args.tasks, 2000)))
+        if sdk is None:
+            print("(f) official SDK: snerdmq-python not installed - skipped")
+        else:
+            rate, median = sdk
+            print(
+                f"(f) official SnerdMQ SDK -> our daemon:    {rate:10.0f} tasks/s"
+                f"  ({rate / raw:.2f}x raw)  enqueue->handler p50 {median * 1e3:.2f} ms"
+            )
 
 
 if __name__ == "__main__":
