@@ -168,3 +168,30 @@ async def test_a_rate_limited_task_counts_as_pending(daemon: Wire) -> None:
     stats = await daemon.stats()
     assert stats["pending"] == 1 and stats["scheduled"] == 0
     assert (await daemon.get("b"))["status"] == "pending"
+
+
+async def test_each_task_is_limited_by_its_own_max_per_minute(daemon: Wire) -> None:
+    """§3.1.1: a task runs only while fewer than *its own* limit dispatches happened."""
+    await daemon.ack("strict-1", rate_limit_group="g", max_per_minute=1)
+    await daemon.expect("execute", task_id="strict-1")
+    await daemon.ack("strict-2", rate_limit_group="g", max_per_minute=1)
+    await daemon.ack("loose", rate_limit_group="g", max_per_minute=3)
+    await daemon.expect("execute", task_id="loose", timeout=3)  # 1 dispatch < its 3
+    await daemon.quiet("execute", task_id="strict-2")
+    await daemon.advance(59.9)
+    await daemon.quiet("execute", task_id="strict-2")
+    await daemon.advance(0.1)  # T0+60: the newest dispatch in the window is 60 s old
+    await daemon.expect("execute", task_id="strict-2")
+
+
+async def test_pools_bound_their_own_attempts(spawn) -> None:
+    wire = await spawn(register=("t",), env={"SNERD_POOLS": "slow=1"})
+    await wire.ack("slow-1", pool="slow")
+    await wire.ack("slow-2", pool="slow")
+    await wire.ack("fast", pool="fast")
+    await wire.ack("plain")
+    got = {(await wire.expect("execute"))["task_id"] for _ in range(3)}
+    assert got == {"slow-1", "fast", "plain"}
+    await wire.quiet("execute", task_id="slow-2")
+    await wire.result("slow-1")
+    await wire.expect("execute", task_id="slow-2")
