@@ -1,20 +1,17 @@
-"""The audit fold: every task's history, read from the log (pure; for the replay tool).
+"""The audit fold: every task's history, read from the log (pure; for ``snerdmq replay``).
 
-:func:`audit` folds records with the queue's own incremental fold (:class:`Folder`),
-so a task's state after each record is exactly what the dispatcher saw, and keeps
-per task the list of :class:`Transition` s plus a final state. Unlike the queue
-projection it remembers finished tasks: memory grows with the number of task ids,
-which is fine for an audit tool and wrong for a daemon.
+:class:`Audit` folds records with the queue's own incremental fold (:class:`Folder`),
+so a task's state after each record is what the dispatcher saw, and keeps per task
+its :class:`Transition` s and final state; :class:`Summary` gets the same figures
+without transitions from the bulk fold, much faster. Unlike the queue projection
+both remember finished tasks (memory grows with task ids: right for an audit tool).
 
-States are the user-facing ones (``STATES``): ``pending`` (READY, or DELAYED whose
-time has come), ``scheduled`` (DELAYED, time still ahead), ``blocked``, ``active``,
-``completed``, ``dead_lettered``, ``cancelled``. Whether a delayed task is pending
-or scheduled depends on an instant: the record's ``ts`` during the fold, and the
-``now`` argument for the final state.
-
-A ``check`` callable (a policy, kept out of this module) may look at each record
-with what the fold knew just before it (:class:`Before`) and name problems; records
-the fold cannot use are always listed as problems.
+States (``STATES``): ``pending`` (READY, or DELAYED whose time has come),
+``scheduled``, ``blocked``, ``active``, ``completed``, ``dead_lettered``,
+``cancelled``. Pending vs scheduled depends on an instant: the record's ``ts``
+during the fold, ``now`` for the final state. A ``check`` callable (a policy, kept
+out of this module) may name problems of each record given what the fold knew just
+before it (:class:`Before`); records the fold cannot use are always problems.
 """
 
 from __future__ import annotations
@@ -37,15 +34,8 @@ ACTIVE_STATE: Final = "active"
 COMPLETED: Final = "completed"
 DEAD_LETTERED: Final = "dead_lettered"
 CANCELLED: Final = "cancelled"
-STATES: Final = (
-    PENDING,
-    SCHEDULED,
-    BLOCKED_STATE,
-    ACTIVE_STATE,
-    COMPLETED,
-    DEAD_LETTERED,
-    CANCELLED,
-)
+STATES: Final = (PENDING, SCHEDULED, BLOCKED_STATE, ACTIVE_STATE, COMPLETED, DEAD_LETTERED,
+                  CANCELLED)  # fmt: skip
 ENDED: Final = frozenset({COMPLETED, DEAD_LETTERED, CANCELLED})
 
 UNUSABLE: Final = "unusable record: skipped by the fold"
