@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from daemonkit import WAIT, Wire
+from daemonkit import T0, WAIT, Wire
 
 
 @dataclass
@@ -116,3 +116,15 @@ async def test_unreachable_webhook_fails_the_attempt(daemon: Wire) -> None:
     dead = await daemon.expect("max_retries_reached", task_id="h")
     assert dead["reason"] == "retries_exhausted"
     assert "webhook" in str(dead["last_error"])
+
+
+async def test_webhook_task_already_due_at_start_is_posted(spawn, hooks: Hooks) -> None:
+    """A daemon started on a log with due webhook work dispatches it without waiting for
+    some unrelated command (no SDK registration is needed for webhooks)."""
+    first = await spawn()
+    await first.ack("h", "hook", webhook_url=hooks.url(200), execute_at=T0 + 100)
+    await first.client.close_stdin()
+    assert await first.client.wait(timeout=10) == 0
+    await spawn(env={"SNERD_TEST_CLOCK": str(T0 + 200)})
+    post = await hooks.next_post(timeout=5)
+    assert post["body"]["task_id"] == "h"

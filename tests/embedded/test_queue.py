@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -339,3 +340,54 @@ async def test_two_queues_on_one_store_run_each_task_once(make_queue: MakeQueue)
         for queue in queues:
             await queue.join(timeout=WAIT)
     assert sorted(task_id for _, task_id in runs) == sorted(f"t{i}" for i in range(100))
+
+
+async def test_file_storage_survives_a_restart(tmp_path: Path) -> None:
+    storage = str(tmp_path / "store")
+    async with Queue(storage) as first:
+        await first.enqueue("kept", "t", {"v": 1}, urgency_score=2)
+        await first.enqueue("dead", "u", max_retries=0)
+
+        @first.handler("u")
+        async def fail(job: Job) -> None:
+            raise RuntimeError("x")
+
+        await first.join(timeout=WAIT)
+    runs: list[Job] = []
+    second = Queue(storage)
+
+    @second.handler("t")
+    async def handle(job: Job) -> None:
+        runs.append(job)
+
+    async with second:
+        await second.join(timeout=WAIT)
+        view = second.get("dead")
+        assert view is not None and view["status"] == "dead_lettered"
+    assert [(j.id, j.data) for j in runs] == [("kept", {"v": 1})]
+
+
+async def test_close_releases_a_running_attempt(tmp_path: Path) -> None:
+    storage = str(tmp_path / "store")
+    started = asyncio.Event()
+    first = Queue(storage)
+
+    @first.handler("t")
+    async def stuck(job: Job) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    await first.start()
+    await first.enqueue("a", "t")
+    await asyncio.wait_for(started.wait(), WAIT)
+    await asyncio.wait_for(first.close(timeout=0.1), WAIT)
+    runs: list[int] = []
+    second = Queue(storage)
+
+    @second.handler("t")
+    async def handle(job: Job) -> None:
+        runs.append(job.attempt)
+
+    async with second:
+        await second.join(timeout=WAIT)
+    assert runs == [2]
