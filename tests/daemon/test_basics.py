@@ -385,3 +385,14 @@ async def test_unicode_ids_and_data_round_trip(daemon: Wire) -> None:
     retry = await daemon.expect("execute", task_id=task_id)
     assert retry["attempt"] == 2
     assert (await daemon.get(task_id))["LastErrorObj"] == "fehlgeschlagen ✗"
+
+
+async def test_get_of_a_running_task_shows_attempt_claim_and_progress(daemon: Wire) -> None:
+    await daemon.ack("a")
+    await daemon.expect("execute", task_id="a")
+    await daemon.send({"action": "progress", "task_id": "a", "data": {"pct": 10}})
+    await daemon.expect("progress", task_id="a")
+    task = await daemon.get("a")
+    assert task["status"] == "active" and task["attempt"] == 1
+    assert task["claim"]["attempt"] == 1 and task["claim"]["daemon"]
+    assert task["progress"] == {"pct": 10}

@@ -128,3 +128,15 @@ async def test_webhook_task_already_due_at_start_is_posted(spawn, hooks: Hooks) 
     await spawn(env={"SNERD_TEST_CLOCK": str(T0 + 200)})
     post = await hooks.next_post(timeout=5)
     assert post["body"]["task_id"] == "h"
+
+
+async def test_failed_through_webhook_child_gets_its_final_post(daemon: Wire, hooks: Hooks) -> None:
+    await daemon.ack("parent", max_retries=0)
+    await daemon.ack("child", "hook", webhook_url=hooks.url(200), trigger_after_ids=["parent"])
+    await daemon.expect("execute", task_id="parent")
+    await daemon.result("parent", ok=False, error="x")
+    await daemon.expect("max_retries_reached", task_id="child")
+    final = await hooks.next_post()
+    assert final["headers"]["X-SnerdMQ-Event"] == "MaxRetriesReached"
+    assert final["body"]["task_id"] == "child"
+    assert final["body"]["reason"] == "blocked_by_failed_parent"
