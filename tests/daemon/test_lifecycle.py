@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from daemonkit import Wire, events_of, iso
+from daemonkit import Wire, events_of, iso, read_log
 
 
 async def run_in_order(wire: Wire, n: int) -> list[str]:
@@ -259,3 +259,17 @@ async def test_a_result_in_time_beats_the_timeout(daemon: Wire) -> None:
     await daemon.advance(10)
     await daemon.quiet("max_retries_reached")
     assert events_of(daemon.storage, "a", "succeeded")
+
+
+async def test_pipelined_enqueues_keep_their_order(one_worker) -> None:
+    """§9.2: enqueues read from one stdin are appended in the order they were read."""
+    wire = await one_worker()
+    ids = [f"p{i:03d}" for i in range(60)]
+    await wire.raw(b"".join(
+        b'{"action":"enqueue","task_type":"t","task_id":"%s"}\n' % i.encode() for i in ids
+    ))  # fmt: skip
+    await wire.expect_n("ack", len(ids))
+    logged = [r["taskId"] for r in read_log(wire.storage) if r.get("event") == "enqueued"]
+    assert logged == ids
+    await wire.register("t")
+    assert await run_in_order(wire, len(ids)) == ids
