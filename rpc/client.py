@@ -152,7 +152,9 @@ class Client:
     def _environment(self) -> dict[str, str]:
         env = {**os.environ, **self.env}
         if self.binary is None:  # the child imports the same snerd as this process
-            root = str(Path(__file__).resolve().parent.parent)
+            import snerd
+
+            root = str(Path(snerd.__file__).resolve().parent.parent)
             paths = [root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
             env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         return env
