@@ -25,7 +25,7 @@ from snerd.projections.apply import Folder, record_time
 from snerd.projections.delta import DeltaBuilder
 from snerd.projections.replay import BulkFolder
 from snerd.projections.state import QueueState, empty, from_tables
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, Task
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, Task, record_error
 
 PENDING: Final = "pending"
 SCHEDULED: Final = "scheduled"
@@ -131,16 +131,6 @@ def live_state(task: Task, now: float | None) -> str:
     if task.phase == DELAYED and (now is None or (task.not_before or 0.0) > now):
         return SCHEDULED
     return PENDING
-
-
-def record_error(record: Mapping[str, Any]) -> str | None:
-    """The error a record carries: LastJobError (object or text), else LastErrorObj."""
-    value = record.get(ev.F_LAST_ERROR)
-    if isinstance(value, dict):
-        value = value.get("error")
-    if value is None:
-        value = record.get(ev.F_LAST_ERROR_TEXT)
-    return None if value is None else str(value)
 
 
 def _event_name(record: Mapping[str, Any]) -> str:
