@@ -241,6 +241,7 @@ def transition_rows(entry: TaskHistory) -> list[dict[str, Any]]:
             "reason": t.reason,
             "error": t.error,
             "state": t.state,
+            "derived": t.derived,
         }
         for t in entry.transitions
     ]

@@ -172,6 +172,23 @@ def test_task_history_of_a_retried_task(dag_storage: Path) -> None:
     assert history[1]["daemon"] == "d1" and history[2]["error"] == "flaky"
 
 
+def test_task_history_shows_when_a_child_was_unblocked(tmp_path: Path) -> None:
+    records = [
+        full("enqueued", "p", T, seq=1),
+        full("enqueued", "c", T, triggerAfterIds=["p"], seq=2),
+        event("claimed", "p", T + 1, attempt=1, seq=3),
+        event("succeeded", "p", T + 2, attempt=1, seq=4),
+    ]
+    write_log(tmp_path / "s", records)
+    data = as_json(tmp_path / "s", "--task", "c")
+    assert [(h["event"], h["state"], h["derived"], h["seq"]) for h in data["history"]] == [
+        ("enqueued", "blocked", False, 2),
+        ("unblocked", "pending", True, 4),
+    ]
+    assert data["history"][1]["reason"] == "succeeded of p"
+    assert data["tasks"]["c"]["history_len"] == 1
+
+
 def test_task_history_of_a_failed_through_child(dag_storage: Path) -> None:
     history = as_json(dag_storage, "--task", "g")["history"]
     assert [(h["event"], h["state"], h["reason"]) for h in history] == [
