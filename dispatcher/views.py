@@ -28,16 +28,20 @@ def status_of(task: Task, now: float) -> str:
     return PENDING
 
 
+def claim_view(task: Task) -> dict[str, Any] | None:
+    """Who runs the task's current attempt, and since when (None if not running)."""
+    claim = task.claim
+    if claim is None:
+        return None
+    return {"daemon": claim.daemon, "attempt": claim.attempt, "since": format_instant(claim.at)}
+
+
 def live_view(task: Task, now: float) -> dict[str, Any]:
     view = task_to_record(task)
     view["status"] = status_of(task, now)
     view["attempt"] = task.attempt
     if task.claim is not None:
-        view["claim"] = {
-            "daemon": task.claim.daemon,
-            "attempt": task.claim.attempt,
-            "since": format_instant(task.claim.at),
-        }
+        view["claim"] = claim_view(task)
     if task.progress is not None:
         view["progress"] = task.progress
     return view

@@ -13,13 +13,13 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from snerd.dashboard.views import error_text
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.history import iter_history
 from snerd.projections import events as ev
 from snerd.projections.history import Transition, audit
 from snerd.projections.schedule import format_instant
 from snerd.projections.state import QueueState
+from snerd.projections.task import record_error
 
 MAX_ENTRIES = 2000
 MAX_PASSES = 4
@@ -128,7 +128,7 @@ def entry(transition: Transition, raw: Mapping[str, Any] | None) -> dict[str, An
     if raw.get(ev.F_COMPACTED):
         out["compacted"] = True
     if "error" not in out and event in (ev.RETRY_SCHEDULED, ev.DEAD_LETTERED):
-        error = error_text(raw)
+        error = record_error(raw)
         if error:
             out["error"] = error
     return out

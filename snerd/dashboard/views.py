@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snerd.dispatcher.views import state_counts, status_of
+from snerd.dispatcher.views import claim_view, state_counts, status_of
 from snerd.projections import events as ev
 from snerd.projections.queries import slot_free_at
 from snerd.projections.schedule import format_instant, parse_instant
 from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState
-from snerd.projections.task import Task, task_to_record
+from snerd.projections.task import Task, record_error, task_to_record
 
 STATES = ("pending", "scheduled", "blocked", "active", "dead_lettered", "completed", "cancelled")
 LIVE_STATES = frozenset({"pending", "scheduled", "blocked", "active"})
@@ -55,18 +55,8 @@ def sdk_status(state: str, last_error: Any) -> str:
     return "failed" if last_error else "queued"
 
 
-def error_text(record: Mapping[str, Any]) -> str | None:
-    """The last error of a full-state record as text, whichever spelling it uses."""
-    value = record.get(ev.F_LAST_ERROR)
-    if isinstance(value, Mapping):
-        value = value.get("error")
-    if value is None:
-        value = record.get("LastErrorObj")
-    return None if value is None else str(value)
-
-
 def _row(record: dict[str, Any], state: str, progress: Any = None) -> dict[str, Any]:
-    last_error = error_text(record)
+    last_error = record_error(record)
     row: dict[str, Any] = {
         "id": record.get(ev.F_TASK_ID),
         "type": record.get(ev.F_TASK_TYPE),
@@ -104,11 +94,7 @@ def live_row(task: Task, now: float) -> dict[str, Any]:
     row = _row(task_to_record(task), status_of(task, now), task.progress)
     row["attempt"] = task.attempt
     if task.claim is not None:
-        row["claim"] = {
-            "daemon": task.claim.daemon,
-            "attempt": task.claim.attempt,
-            "since": format_instant(task.claim.at),
-        }
+        row["claim"] = claim_view(task)
     return row
 
 

@@ -174,7 +174,8 @@ class Tracker:
                 self._apply(row, record)
 
     def _apply(self, row: Row, record: dict[str, Any]) -> None:
-        from snerd.dashboard.views import error_text, percent
+        from snerd.dashboard.views import percent
+        from snerd.projections.task import record_error
 
         event, now, name = record.get(ev.F_EVENT), time.time(), row.step.id
         if event == ev.CLAIMED:
@@ -188,12 +189,12 @@ class Tracker:
             row.state, row.percent, row.ended = "completed", 100.0, now
             self.news.append(f"{name} completed")
         elif event == ev.RETRY_SCHEDULED:
-            row.state, row.error = "retrying", error_text(record)
+            row.state, row.error = "retrying", record_error(record)
             row.failures.append(row.error or "failed")
             self.news.append(f"{name} failed ({row.error}); retry scheduled")
         elif event == ev.DEAD_LETTERED:
             row.state, row.ended = "dead_lettered", now
-            row.error, row.reason = error_text(record), str(record.get(ev.F_REASON) or "")
+            row.error, row.reason = record_error(record), str(record.get(ev.F_REASON) or "")
             self.news.append(f"{name} dead-lettered: {row.reason.replace('_', ' ')}")
 
     def unfinished(self) -> list[Row]:
