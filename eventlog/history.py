@@ -78,12 +78,15 @@ def iter_history(storage: str | os.PathLike[str]) -> Iterator[Item]:
     Files are read oldest first. A file that starts with a snapshot header whose
     ``seq`` is already covered by earlier files has its header and snapshot block
     skipped (it only restates that history); an uncovered one (archives pruned) is
-    yielded whole. Any other record whose integer ``seq`` is not above the last one
-    yielded is a copy (the tail a compaction carried over) and is skipped. Records
-    without ``seq`` (foreign state lines) are always yielded.
+    yielded whole. Any other record whose integer ``seq`` is covered by the files
+    before it is a copy (the tail a compaction carried over) and is skipped; within one
+    file every record is yielded, so a ``seq`` going backwards stays visible to
+    ``replay --verify``. Records without ``seq`` (foreign state lines) are always
+    yielded.
     """
     last: int | None = None
     for path in history_files(storage):
+        covered = last  # what earlier files already yielded
         first = True
         block, skip_block = 0, False  # snapshot records still to come, and their fate
         for item in read_records(path):
@@ -102,19 +105,21 @@ def iter_history(storage: str | os.PathLike[str]) -> Iterator[Item]:
                 block -= 1
                 if not skip_block:
                     yield item
-            elif _is_new(item, last):
-                last = _seq_or(item, last)
+            elif _is_new(item, covered):
+                last = _max_seq(item, last)
                 yield item
 
 
-def _is_new(record: Record, last: int | None) -> bool:
+def _is_new(record: Record, covered: int | None) -> bool:
     seq = record.get("seq")
-    return type(seq) is not int or last is None or seq > last
+    return type(seq) is not int or covered is None or seq > covered
 
 
-def _seq_or(record: Record, last: int | None) -> int | None:
+def _max_seq(record: Record, last: int | None) -> int | None:
     seq = record.get("seq")
-    return seq if type(seq) is int else last
+    if type(seq) is not int:
+        return last
+    return seq if last is None else max(last, seq)
 
 
 def _snapshot_header(record: Record) -> tuple[int, int] | None:

@@ -245,11 +245,6 @@ def test_verify_lists_impossible_transitions(tmp_path: Path) -> None:
     assert "5 problem(s)" not in result.output and "7 problem(s)" in result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eventlog.iter_history drops a live-log record whose seq is not above the last "
-    "one as if it were a compaction copy, so replay of a storage dir cannot see it (reported)",
-)
 def test_verify_of_a_storage_dir_sees_seq_going_backwards(tmp_path: Path) -> None:
     records = [full("enqueued", "a", T, seq=2), event("claimed", "a", T + 1, attempt=1, seq=1)]
     write_log(tmp_path / "s", records)
