@@ -273,3 +273,14 @@ async def test_pipelined_enqueues_keep_their_order(one_worker) -> None:
     assert logged == ids
     await wire.register("t")
     assert await run_in_order(wire, len(ids)) == ids
+
+
+async def test_progress_after_a_timeout_is_dropped_silently(daemon: Wire) -> None:
+    await daemon.ack("a", max_retries=0, max_execution_seconds=5)
+    await daemon.expect("execute", task_id="a")
+    await daemon.advance(6.5)
+    await daemon.expect("max_retries_reached", task_id="a")
+    for i in range(20):
+        await daemon.send({"action": "progress", "task_id": "a", "data": i})
+    await daemon.quiet("progress")
+    assert not daemon.taken("error")

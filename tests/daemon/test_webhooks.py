@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from daemonkit import T0, WAIT, Wire
+from daemonkit import T0, WAIT, Wire, events_of
 
 
 @dataclass
@@ -19,6 +20,8 @@ class Hooks:
 
     base: str = ""
     posts: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     def url(self, code: int) -> str:
         return f"{self.base}/status/{code}"
@@ -32,6 +35,9 @@ async def hooks() -> AsyncIterator[Hooks]:
     state = Hooks()
 
     async def handle(request: web.Request) -> web.Response:
+        state.arrived.set()
+        if request.query.get("hold"):
+            await state.release.wait()  # answer only when the test says so
         body = await request.json()
         await state.posts.put({"headers": dict(request.headers), "body": body,
                                "path": request.path})  # fmt: skip
@@ -140,3 +146,20 @@ async def test_failed_through_webhook_child_gets_its_final_post(daemon: Wire, ho
     assert final["headers"]["X-SnerdMQ-Event"] == "MaxRetriesReached"
     assert final["body"]["task_id"] == "child"
     assert final["body"]["reason"] == "blocked_by_failed_parent"
+
+
+@pytest.mark.parametrize("how", ["sigterm", "eof"])
+async def test_a_webhook_in_flight_finishes_during_the_drain(
+    daemon: Wire, hooks: Hooks, how: str
+) -> None:
+    await daemon.ack("slow", "hook", webhook_url=hooks.url(200) + "?hold=1")
+    await asyncio.wait_for(hooks.arrived.wait(), WAIT)
+    if how == "sigterm":
+        daemon.client.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    else:
+        await daemon.client.close_stdin()
+    await asyncio.sleep(0.2)
+    assert daemon.client.returncode is None  # waiting for the POST, not abandoning it
+    hooks.release.set()
+    assert await daemon.client.wait(timeout=10) == 0
+    assert events_of(daemon.storage, "slow", "succeeded")
