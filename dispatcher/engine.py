@@ -155,6 +155,7 @@ class Engine:
         if self.config.passive:
             return
         self._loop_task = asyncio.get_running_loop().create_task(self._dispatch_loop())
+        self._wake.set()  # work may already be due in the log we just replayed
         self._housekeeping()
 
     def stop_claiming(self) -> None:

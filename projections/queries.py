@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from snerd.projections import heap
 from snerd.projections.state import RATE_WINDOW_SECONDS, QueueState
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
 
 PHASES = (READY, DELAYED, BLOCKED, ACTIVE)
 
 
-def lane_top(state: QueueState, lane: tuple[str, str, str]) -> Task | None:
+def lane_top(state: QueueState, lane: Lane) -> Task | None:
     """The best READY task of a lane (a lane's top is always valid after a fold)."""
     key = heap.top(state.lanes.get(lane))
     return None if key is None else state.tasks.get(key[2])
@@ -69,7 +69,7 @@ def pick_many(
     taken: dict[str, int] = {}  # rate group -> slots used by this batch
     out = [] if out is None else out
     while len(out) < limit:
-        best: tuple[tuple[float, int], tuple[str, str, str], Task] | None = None
+        best: tuple[tuple[float, int], Lane, Task] | None = None
         for lane, node in list(lanes.items()):
             task, node = _valid_top(state, node)
             if task is None:

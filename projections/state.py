@@ -32,7 +32,7 @@ from snerd.projections import heap
 from snerd.projections.cells import MapCell
 from snerd.projections.delta import Delta, DeltaBuilder
 from snerd.projections.rules import phase_for
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
 
 RATE_WINDOW_SECONDS = 60.0
 
@@ -54,7 +54,7 @@ class QueueState:
 
     tasks: PMapT[str, Task] = field(default_factory=pmap)
     dlq: PMapT[str, DeadLetter] = field(default_factory=pmap)
-    lanes: PMapT[tuple[str, str, str], heap.Heap] = field(default_factory=pmap)
+    lanes: PMapT[Lane, heap.Heap] = field(default_factory=pmap)
     timers: heap.Heap = None
     refs: PMapT[str, PSetT[str]] = field(default_factory=pmap)
     doomed: PSetT[str] = field(default_factory=pset)
@@ -149,7 +149,7 @@ def from_tables(
     incremental fold computes them.
     """
     final: dict[str, Task] = {}
-    lane_keys: dict[tuple[str, str, str], list[tuple[float, int, str]]] = {}
+    lane_keys: dict[Lane, list[tuple[float, int, str]]] = {}
     timer_keys: list[tuple[float, int, str]] = []
     refs: dict[str, set[str]] = {}
     doomed: set[str] = set()

@@ -24,6 +24,7 @@ DELAYED: Final = "delayed"  # waiting for executeAt / retryAfterTime: in the tim
 BLOCKED: Final = "blocked"  # waiting for DAG parents
 ACTIVE: Final = "active"  # claimed by a daemon
 
+Lane = tuple[str, str, str, int]
 _EMPTY: Final[Mapping[str, Any]] = pmap()
 _MAX_EXACT: Final = float(2**53)
 _LAST_INSTANT: Final = 253_402_300_799.999  # 9999-12-31T23:59:59.999Z
@@ -80,9 +81,14 @@ class Task:
         return max(times) if times else None
 
     @property
-    def lane(self) -> tuple[str, str, str]:
-        """The ready heap this task waits in: (type, pool, rate group)."""
-        return (self.type, self.pool or "", self.rate_group or "")
+    def lane(self) -> Lane:
+        """The ready heap this task waits in: (type, pool, rate group, its limit).
+
+        Tasks of one group with different limits wait apart, so a task whose own
+        limit is reached never holds up one whose limit is not (no head-of-line
+        blocking).
+        """
+        return (self.type, self.pool or "", self.rate_group or "", self.max_per_minute or 0)
 
 
 def _opt_str(value: Any) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from daemonkit import Wire, events_of, read_log
 
 
@@ -171,11 +170,6 @@ async def test_a_rate_limited_task_counts_as_pending(daemon: Wire) -> None:
     assert (await daemon.get("b"))["status"] == "pending"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: queries.pick looks only at the top of each (type, pool, group) lane; a "
-    "rate-limited top hides a later task of the group whose own max_per_minute has room",
-)
 async def test_each_task_is_limited_by_its_own_max_per_minute(daemon: Wire) -> None:
     """§3.1.1: a task runs only while fewer than *its own* limit dispatches happened."""
     await daemon.ack("strict-1", rate_limit_group="g", max_per_minute=1)
