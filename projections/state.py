@@ -7,7 +7,7 @@ heaps); a batch is folded through evolvers and frozen once at the end.
 
 Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
 
-- ``lanes``: per (type, pool, rate group), a heap of ``(-urgency, order, id)``; an entry
+- ``lanes``: per (type, pool, rate group, limit), a heap of ``(-urgency, order, id)``; an entry
   counts only while its task is READY with that order (stale entries are dropped
   when they reach the top, so every lane's top is runnable).
 - ``timers``: a heap of ``(not_before, order, id)`` for DELAYED tasks, same rule.
