@@ -226,6 +226,10 @@ async def _maybe_dashboard(engine: Engine, env: Mapping[str, str]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Console entry: ``snerdmq [STORAGE_DIR]``."""
     args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: snerdmq [STORAGE_DIR]   (or: snerdmq --help for the tools)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     storage = args[0] if args else DEFAULT_STORAGE
     level = os.environ.get("SNERD_LOG_LEVEL", "warning").upper()
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.WARNING),
