@@ -9,7 +9,6 @@ armed for the next instant something becomes due: there is no polling tick.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -19,17 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from snerd.dispatcher import commands as cmds
-from snerd.dispatcher.clock import Clock, SystemClock, Timer
+from snerd.dispatcher.clock import Clock, SystemClock
+from snerd.dispatcher.dispatch import Dispatcher, owns
 from snerd.dispatcher.executors import Executor, Run
+from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
 from snerd.errors import EventError
 from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.projections import events as ev
-from snerd.projections import queries
 from snerd.projections.delta import Delta
 from snerd.projections.replay import BulkFolder
-from snerd.projections.state import QueueState, advance, empty, fold
-from snerd.projections.task import Task
+from snerd.projections.state import QueueState, empty, fold
 from snerd.rpc.protocol import Enqueue
 
 log = logging.getLogger("snerd.engine")
@@ -95,16 +94,12 @@ class Engine:
         self.skipped: list[SkippedLine] = []
         self.draining = False
         self._bulk: BulkFolder | None = None
-        self._wake = asyncio.Event()
-        self._timer: Timer | None = None
-        self._timer_at: float | None = None
-        self._loop_task: asyncio.Task[None] | None = None
-        self._house_timer: Timer | None = None
+        self.dispatcher = Dispatcher(self)
+        self.housekeeper = Housekeeper(self)
         self._idle = asyncio.Event()
         self._idle.set()
         self._compacting = False
         self._hurry = asyncio.Event()
-        self.housekeeping_rounds = 0
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
         self.observers: list[Callable[[Sequence[Record], Delta], None]] = []
@@ -127,7 +122,7 @@ class Engine:
 
     def on_reset(self) -> None:
         self.state = empty()
-        self._wake.set()
+        self.dispatcher.wake()
         for observer in self.observers:
             observer((), Delta(reset=True))
 
@@ -140,7 +135,7 @@ class Engine:
         if delta.progress:
             self.notifier.progress(self.state, delta.progress, self.runs)
         if any(getattr(delta, name) for name in _WAKING):
-            self._wake.set()
+            self.dispatcher.wake()
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -154,15 +149,13 @@ class Engine:
         self.state = bulk.finish()
         if self.config.passive:
             return
-        self._loop_task = asyncio.get_running_loop().create_task(self._dispatch_loop())
-        self._wake.set()  # work may already be due in the log we just replayed
-        self._housekeeping()
+        self.dispatcher.start()
+        self.housekeeper.start()
 
     def stop_claiming(self) -> None:
         """No new claims from now on (the first step of a drain)."""
         self.draining = True
-        if self._house_timer is not None:
-            self._house_timer.cancel()
+        self.housekeeper.stop()
 
     def hurry(self) -> None:
         """End a drain in progress now: release what still runs."""
@@ -190,10 +183,7 @@ class Engine:
             finished.cancel()
             hurried.cancel()
         await self._release_all(ev.REASON_DRAIN)
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        await self.dispatcher.stop()
         await self.notifier.close()
         await self.log.close()
         if self.liveness is not None:
@@ -211,23 +201,24 @@ class Engine:
             if run.executor is not None:
                 run.executor.stop(run)
         if runs:
-            await self._commit(lambda: (self._releases(runs, reason), None))
+            await self.commit(lambda: (self._releases(runs, reason), None))
 
     def _releases(self, runs: list[Run], reason: str) -> list[Record]:
         now = self.clock.now()
         out = []
         for run in runs:
             task = self.state.tasks.get(run.task.id)
-            if task is not None and _owns(task, self.daemon, run.attempt):
+            if task is not None and owns(task, self.daemon, run.attempt):
                 out.append(cmds.release(task, reason=reason, now=now, daemon=self.daemon))
         return out
 
     # --- writing ----------------------------------------------------------------------
 
-    async def _commit(
+    async def commit(
         self, decide: Callable[[], tuple[list[Record], T]], *, durable: bool = True
     ) -> T:
-        """Run ``decide`` under the log lock; afterwards announce our dead letters."""
+        """Run ``decide`` under the log lock (after catching up with every other
+        writer) and append what it returns; afterwards announce our dead letters."""
         written: list[Record] = []
 
         def command() -> tuple[list[Record], T]:
@@ -252,7 +243,7 @@ class Engine:
             except EventError as exc:
                 return [], cmds.Refusal("invalid_field", str(exc))
 
-        return await self._commit(decide)
+        return await self.commit(decide)
 
     async def read(self, query: Callable[[], T]) -> T:
         """Answer ``query`` after every command accepted before it has been applied
@@ -260,17 +251,17 @@ class Engine:
         return await self.log.transact(lambda: ((), query()), durable=False)
 
     async def cancel(self, task_id: str) -> cmds.Refusal | None:
-        return await self._commit(
+        return await self.commit(
             lambda: cmds.cancel(self.state, task_id, now=self.clock.now(), daemon=self.daemon)
         )
 
     async def requeue(self, key: str) -> cmds.Refusal | None:
-        return await self._commit(
+        return await self.commit(
             lambda: cmds.requeue(self.state, key, now=self.clock.now(), daemon=self.daemon)
         )
 
     async def purge(self, key: str) -> cmds.Refusal | None:
-        return await self._commit(
+        return await self.commit(
             lambda: cmds.purge(self.state, key, now=self.clock.now(), daemon=self.daemon)
         )
 
@@ -299,7 +290,7 @@ class Engine:
 
         def decide() -> tuple[list[Record], cmds.Refusal | None]:
             task = self.state.tasks.get(task_id)
-            if task is None or not _owns(task, self.daemon, run.attempt):
+            if task is None or not owns(task, self.daemon, run.attempt):
                 return [], cmds.Refusal("not_active", f"the claim on {task_id!r} was lost")
             now = self.clock.now()
             if success:
@@ -309,14 +300,14 @@ class Engine:
             )
             return records, None
 
-        return await self._commit(decide)
+        return await self.commit(decide)
 
     async def release(self, run: Run, reason: str) -> None:
         """Give an attempt back to the queue without an outcome (no retry counted)."""
         self._forget(run)
         if run.executor is not None:
             run.executor.stop(run)
-        await self._commit(lambda: (self._releases([run], reason), None))
+        await self.commit(lambda: (self._releases([run], reason), None))
 
     def _forget(self, run: Run) -> None:
         self.runs.pop(run.task.id, None)
@@ -324,190 +315,22 @@ class Engine:
             run.timer.cancel()
         if not self.runs:
             self._idle.set()
-        self._wake.set()
+        self.dispatcher.wake()
         self.changed.set()
 
-    # --- dispatch loop --------------------------------------------------------------------
-
-    async def _dispatch_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            try:
-                await self._dispatch_pass()
-            except Exception:  # keep dispatching; the log stays the truth
-                log.exception("dispatch pass failed")
-                await asyncio.sleep(0.1)
-                self._wake.set()
-
-    async def _dispatch_pass(self) -> None:
-        if self.draining:
-            return
-        now = self.clock.now()
-        self.state, delta = advance(self.state, now)
-        if delta:
-            self.changed.set()
-        if self.state.doomed:
-            await self._commit(self._fail_through_doomed)
-        while self._capacity() > 0:
-            pick = queries.pick(self.state, now, self._eligible)
-            if pick.task is None:
-                self._arm(pick.wake_at)
-                return
-            runs = await self._commit(self._claim_batch, durable=False)
-            for run in runs:
-                self._begin(run)
-            if not runs:
-                self._wake.set()
-                return
-            now = self.clock.now()
-
-    def _fail_through_doomed(self) -> tuple[list[Record], None]:
-        doomed = [t for t in self.state.doomed if t in self.state.tasks]
-        parents = sorted({p for t in doomed for p in self.state.tasks[t].parents})
-        failed = [p for p in parents if p in self.state.dlq]
-        now = self.clock.now()
-        return cmds.fail_through(self.state, failed, now=now, daemon=self.daemon), None
-
-    def _capacity(self) -> int:
-        return self.config.max_workers - len(self.runs)
-
-    def _eligible(self, task: Task, planned: Sequence[Task] = ()) -> bool:
-        if task.pool and task.pool in self.config.pools:
-            busy = sum(1 for r in self.runs.values() if r.task.pool == task.pool)
-            busy += sum(1 for t in planned if t.pool == task.pool)
-            if busy >= self.config.pools[task.pool]:
-                return False
-        return self._executor_for(task) is not None
-
-    def _executor_for(self, task: Task) -> Executor | None:
-        for executor in self.executors:
-            if executor.accepts(task):
-                return executor
-        return None
-
-    def _claim_batch(self) -> tuple[list[Record], list[Run]]:
-        """Under the lock: claim as many runnable tasks as capacity allows."""
-        now = self.clock.now()
-        self.state, _ = advance(self.state, now)
-        tasks: list[Task] = []
-        queries.pick_many(
-            self.state, now, lambda t: self._eligible(t, tasks), max(0, self._capacity()), tasks
-        )
-        records: list[Record] = []
-        runs: list[Run] = []
-        for task in tasks:
-            record = cmds.claim(task, now=now, daemon=self.daemon, lease_seconds=self._lease(task))
-            records.append(record)
-            runs.append(Run(task=task, attempt=record[ev.F_ATTEMPT], started=now))
-        return records, runs
-
-    def _lease(self, task: Task) -> float:
-        if task.max_execution_seconds:
-            return task.max_execution_seconds + self.config.timeout_grace + 5.0
-        return self.config.lease_seconds
-
-    def _begin(self, run: Run) -> None:
-        executor = self._executor_for(run.task)
-        task = self.state.tasks.get(run.task.id)
-        if executor is None or task is None or not _owns(task, self.daemon, run.attempt):
-            return  # lost in the meantime (cancelled, released): nothing to run
-        run.executor = executor
+    def adopt(self, run: Run) -> None:
+        """A claimed attempt starts running here."""
         self.runs[run.task.id] = run
         self._idle.clear()
-        limit = run.task.max_execution_seconds
-        if limit:
-            deadline = self.clock.now() + limit + self.config.timeout_grace
-            run.timer = self.clock.call_at(deadline, lambda: self._timed_out(run))
-        executor.start(run, self)
-
-    def _timed_out(self, run: Run) -> None:
-        if self.runs.get(run.task.id) is not run:
-            return
-        if run.executor is not None:
-            run.executor.stop(run)
-        limit = run.task.max_execution_seconds
-        asyncio.get_running_loop().create_task(
-            self.finish(
-                run.task.id,
-                success=False,
-                attempt=run.attempt,
-                error=f"timed out after {limit:g} seconds",
-            )
-        )
-
-    def _arm(self, when: float | None) -> None:
-        if when is None or (self._timer_at is not None and self._timer_at <= when):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-
-        def fire() -> None:
-            self._timer = self._timer_at = None
-            self._wake.set()
-
-        self._timer = self.clock.call_at(when, fire)
 
     def wake(self) -> None:
         """Something outside the log changed (a handler was registered): look again."""
-        self._wake.set()
+        self.dispatcher.wake()
 
-    # --- housekeeping: dead owners, expired leases, compaction ----------------------------
-
-    def _housekeeping(self) -> None:
-        if self.draining:
-            return
-        asyncio.get_running_loop().create_task(self._housekeep())
-        when = self.clock.now() + self.config.housekeeping_seconds
-        self._house_timer = self.clock.call_at(when, self._housekeeping)
-
-    async def _housekeep(self) -> None:
-        try:
-            await self._release_orphans()
-            await self._maybe_compact()
-        except Exception:
-            log.exception("housekeeping failed")
-        self.housekeeping_rounds += 1
-        self.changed.set()
-
-    async def _release_orphans(self) -> None:
-        """Release claims whose owner is dead; without a liveness facility, claims
-        whose lease ran out (a live owner keeps its claim: its timeout is its own)."""
-        now = self.clock.now()
-        owners = {d for d in self.state.by_daemon if d != self.daemon}
-        if self.liveness is not None:
-            gone = {d for d in owners if not self.liveness.is_alive(d)}
-        else:
-            gone = {
-                t.claim.daemon for t in queries.expired_leases(self.state, now)
-                if t.claim is not None and t.claim.daemon != self.daemon
-            }  # fmt: skip
-        if not gone:
-            return
-        reason = ev.REASON_OWNER_DIED if self.liveness is not None else ev.REASON_LEASE_EXPIRED
-
-        def decide() -> tuple[list[Record], None]:
-            out = []
-            for task in queries.iter_active(self.state):
-                claim = task.claim
-                if claim is None or claim.daemon not in gone:
-                    continue
-                if self.liveness is None and (claim.lease_until or now) >= now:
-                    continue
-                out.append(cmds.release(task, reason=reason, now=now, daemon=self.daemon))
-            return out, None
-
-        await self._commit(decide)
-
-    async def _maybe_compact(self) -> None:
-        stats = self.log.stats()
-        live = len(self.state.tasks) + len(self.state.dlq) + len(self.runs)
-        if stats.size_bytes < self.config.compact_min_bytes or stats.records == 0:
-            return
-        if (stats.records - live) / stats.records < self.config.compact_dead_ratio:
-            return
-        await self.compact()
+    @property
+    def housekeeping_rounds(self) -> int:
+        """Housekeeping rounds completed (tests wait on it)."""
+        return self.housekeeper.rounds
 
     async def compact(self) -> None:
         """Rewrite the log as a snapshot of the current state (others may keep going)."""
@@ -520,8 +343,3 @@ class Engine:
             await self.log.compact(snapshot_records(self.state, self.clock.now()))
         finally:
             self._compacting = False
-
-
-def _owns(task: Task, daemon: str, attempt: int) -> bool:
-    claim = task.claim
-    return claim is not None and claim.daemon == daemon and claim.attempt == attempt

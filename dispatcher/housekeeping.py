@@ -1,0 +1,104 @@
+"""Housekeeping, off the dispatch path: claims of dead daemons, and compaction.
+
+Every ``housekeeping_seconds`` (one second by default) a daemon releases the claims
+of daemons whose liveness lock is free (they died, even by ``kill -9``), or, where
+no liveness facility exists, claims whose lease ran out; then it compacts the log
+once it is large and mostly dead lines. A live owner keeps its claims: its own
+timeouts are what bound a stuck attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from snerd.dispatcher import commands as cmds
+from snerd.dispatcher.clock import Timer
+from snerd.eventlog.base import Record
+from snerd.projections import events as ev
+from snerd.projections import queries
+
+if TYPE_CHECKING:
+    from snerd.dispatcher.engine import Engine
+
+log = logging.getLogger("snerd.housekeeping")
+
+
+class Housekeeper:
+    """Runs the rounds for one engine; :meth:`stop` when the engine drains."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.rounds = 0
+        self._timer: Timer | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self._tick()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _tick(self) -> None:
+        if self._stopped:
+            return
+        engine = self.engine
+        asyncio.get_running_loop().create_task(self._round())
+        when = engine.clock.now() + engine.config.housekeeping_seconds
+        self._timer = engine.clock.call_at(when, self._tick)
+
+    async def _round(self) -> None:
+        try:
+            await self.release_orphans()
+            await self.maybe_compact()
+        except Exception:
+            log.exception("housekeeping failed")
+        self.rounds += 1
+        self.engine.changed.set()
+
+    def _gone(self, now: float) -> set[str]:
+        """Other daemons whose claims are to be released."""
+        engine = self.engine
+        if engine.liveness is not None:
+            owners = {d for d in engine.state.by_daemon if d != engine.daemon}
+            return {d for d in owners if not engine.liveness.is_alive(d)}
+        return {
+            t.claim.daemon for t in queries.expired_leases(engine.state, now)
+            if t.claim is not None and t.claim.daemon != engine.daemon
+        }  # fmt: skip
+
+    async def release_orphans(self) -> None:
+        engine = self.engine
+        now = engine.clock.now()
+        gone = self._gone(now)
+        if not gone:
+            return
+        by_liveness = engine.liveness is not None
+        reason = ev.REASON_OWNER_DIED if by_liveness else ev.REASON_LEASE_EXPIRED
+
+        def decide() -> tuple[list[Record], None]:
+            out = []
+            for task in queries.iter_active(engine.state):
+                claim = task.claim
+                if claim is None or claim.daemon not in gone:
+                    continue
+                if not by_liveness and (claim.lease_until or now) >= now:
+                    continue
+                out.append(cmds.release(task, reason=reason, now=now, daemon=engine.daemon))
+            return out, None
+
+        await engine.commit(decide)
+
+    async def maybe_compact(self) -> None:
+        """Compact once the log is at least ``compact_min_bytes`` and more than
+        ``compact_dead_ratio`` of its records are dead."""
+        engine = self.engine
+        stats = engine.log.stats()
+        if stats.size_bytes < engine.config.compact_min_bytes or stats.records == 0:
+            return
+        live = len(engine.state.tasks) + len(engine.state.dlq) + len(engine.runs)
+        if (stats.records - live) / stats.records >= engine.config.compact_dead_ratio:
+            await engine.compact()
