@@ -14,161 +14,116 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, fields
-from typing import Any, ClassVar, Final, NoReturn, TypeAlias
+from dataclasses import fields
+from typing import Any, Final, NoReturn
 from urllib.parse import urlsplit
 
 import orjson
 
-from snerd.errors import EventError, ProtocolError
+from snerd.errors import EventError
 from snerd.projections.schedule import format_instant, parse_cron, parse_instant
-
-MAX_LINE_BYTES: Final = 1 << 20
-"""Longest accepted inbound line in bytes, not counting the line terminator."""
-
-DEFAULT_MAX_RETRIES: Final = 3
-
-RequestId: TypeAlias = str | int
-
-# Error codes carried in ``error`` replies (the table is in specs/protocol.md).
-INVALID_JSON: Final = "invalid_json"
-LINE_TOO_LONG: Final = "line_too_long"
-UNKNOWN_ACTION: Final = "unknown_action"
-MISSING_FIELD: Final = "missing_field"
-INVALID_FIELD: Final = "invalid_field"
-DUPLICATE_TASK: Final = "duplicate_task"
-UNKNOWN_TASK: Final = "unknown_task"
-NOT_ACTIVE: Final = "not_active"
-INVALID_STATE: Final = "invalid_state"
-STORAGE_ERROR: Final = "storage_error"
-INTERNAL_ERROR: Final = "internal_error"
-ERROR_CODES: Final = frozenset(
-    {
-        INVALID_JSON, LINE_TOO_LONG, UNKNOWN_ACTION, MISSING_FIELD, INVALID_FIELD,
-        DUPLICATE_TASK, UNKNOWN_TASK, NOT_ACTIVE, INVALID_STATE, STORAGE_ERROR,
-        INTERNAL_ERROR,
-    }
-)  # fmt: skip
-
-
-class InvalidMessage(ProtocolError):
-    """An inbound line was rejected. Carries everything the ``error`` reply needs.
-
-    ``raw`` is the offending line (its first 1 KiB when it was too long).
-    """
-
-    def __init__(
-        self, message: str, *, code: str, field: str | None = None, task_id: str | None = None,
-        request_id: RequestId | None = None, raw: bytes = b"",
-    ) -> None:  # fmt: skip
-        super().__init__(message, field=field, task_id=task_id)
-        self.code = code
-        self.request_id = request_id
-        self.raw = raw
-
-
-# --------------------------------------------------------------------------- commands
-
-
-@dataclass(frozen=True, slots=True)
-class Register:
-    """This process runs handlers for ``task_type``; the daemon may send it ``execute``."""
-
-    action: ClassVar[str] = "register"
-    task_type: str
-    _: KW_ONLY
-    request_id: RequestId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueue:
-    """Add a task. Times are epoch seconds (UTC); ``task_data`` is JSON text."""
-
-    action: ClassVar[str] = "enqueue"
-    task_id: str
-    task_type: str
-    _: KW_ONLY
-    task_data: str = "null"
-    max_retries: int = DEFAULT_MAX_RETRIES
-    retry_after_hours: float = 0.0
-    auto_dedupe: bool = False
-    urgency_score: float = 0.0
-    rate_limit_group: str | None = None
-    max_per_minute: int | None = None
-    execute_at: float | None = None
-    cron: str | None = None
-    webhook_url: str | None = None
-    max_execution_seconds: float | None = None
-    pool: str | None = None
-    trigger_after_ids: tuple[str, ...] = ()
-    request_id: RequestId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """Outcome of the running attempt of ``task_id`` (``attempt`` pins which one)."""
-
-    action: ClassVar[str] = "result"
-    task_id: str
-    success: bool
-    _: KW_ONLY
-    error: str | None = None
-    attempt: int | None = None
-    request_id: RequestId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """A progress report (any JSON value) from the handler running ``task_id``."""
-
-    action: ClassVar[str] = "progress"
-    task_id: str
-    data: Any = None
-    _: KW_ONLY
-    request_id: RequestId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """Ask for queue counters."""
-
-    action: ClassVar[str] = "stats"
-    _: KW_ONLY
-    request_id: RequestId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """Drop a task that has not finished (its running attempt's result is then refused)."""
-
-    action: ClassVar[str] = "cancel"
-    task_id: str
-    _: KW_ONLY
-    request_id: RequestId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Requeue:
-    """Move a dead-lettered task back to the queue with its retry count reset."""
-
-    action: ClassVar[str] = "requeue"
-    task_id: str
-    _: KW_ONLY
-    request_id: RequestId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Get:
-    """Ask for one task's current state."""
-
-    action: ClassVar[str] = "get"
-    task_id: str
-    _: KW_ONLY
-    request_id: RequestId | None = None
-
-
-Command: TypeAlias = Register | Enqueue | Result | Progress | Stats | Cancel | Requeue | Get
-
+from snerd.rpc.messages import (
+    DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES,
+)
+from snerd.rpc.messages import (
+    DUPLICATE_TASK as DUPLICATE_TASK,
+)
+from snerd.rpc.messages import (
+    ERROR_CODES as ERROR_CODES,
+)
+from snerd.rpc.messages import (
+    INTERNAL_ERROR as INTERNAL_ERROR,
+)
+from snerd.rpc.messages import (
+    INVALID_FIELD as INVALID_FIELD,
+)
+from snerd.rpc.messages import (
+    INVALID_JSON as INVALID_JSON,
+)
+from snerd.rpc.messages import (
+    INVALID_STATE as INVALID_STATE,
+)
+from snerd.rpc.messages import (
+    LINE_TOO_LONG as LINE_TOO_LONG,
+)
+from snerd.rpc.messages import (
+    MAX_LINE_BYTES as MAX_LINE_BYTES,
+)
+from snerd.rpc.messages import (
+    MISSING_FIELD as MISSING_FIELD,
+)
+from snerd.rpc.messages import (
+    NOT_ACTIVE as NOT_ACTIVE,
+)
+from snerd.rpc.messages import (
+    STORAGE_ERROR as STORAGE_ERROR,
+)
+from snerd.rpc.messages import (
+    UNKNOWN_ACTION as UNKNOWN_ACTION,
+)
+from snerd.rpc.messages import (
+    UNKNOWN_TASK as UNKNOWN_TASK,
+)
+from snerd.rpc.messages import (
+    Cancel as Cancel,
+)
+from snerd.rpc.messages import (
+    Command as Command,
+)
+from snerd.rpc.messages import (
+    Enqueue as Enqueue,
+)
+from snerd.rpc.messages import (
+    Get as Get,
+)
+from snerd.rpc.messages import (
+    InvalidMessage as InvalidMessage,
+)
+from snerd.rpc.messages import (
+    Progress as Progress,
+)
+from snerd.rpc.messages import (
+    Register as Register,
+)
+from snerd.rpc.messages import (
+    RequestId as RequestId,
+)
+from snerd.rpc.messages import (
+    Requeue as Requeue,
+)
+from snerd.rpc.messages import (
+    Result as Result,
+)
+from snerd.rpc.messages import (
+    Stats as Stats,
+)
+from snerd.rpc.replies import (
+    ack as ack,
+)
+from snerd.rpc.replies import (
+    error as error,
+)
+from snerd.rpc.replies import (
+    error_from as error_from,
+)
+from snerd.rpc.replies import (
+    execute as execute,
+)
+from snerd.rpc.replies import (
+    max_retries_reached as max_retries_reached,
+)
+from snerd.rpc.replies import (
+    ok as ok,
+)
+from snerd.rpc.replies import (
+    progress as progress,
+)
+from snerd.rpc.replies import (
+    stats as stats,
+)
+from snerd.rpc.replies import (
+    task as task,
+)
 
 # --------------------------------------------------------------------------- parsing
 
@@ -438,104 +393,7 @@ def encode_command(command: Command) -> bytes:
         value = getattr(command, f.name)
         if (value is not None and value != ()) or f.name == "data":
             msg[f.name] = value
-    return _line(msg)
-
-
-# --------------------------------------------------------------------------- encoders
-
-
-def _line(msg: dict[str, Any]) -> bytes:
-    return orjson.dumps(msg, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
-
-
-def _reply(msg: dict[str, Any], request_id: RequestId | None) -> bytes:
-    if request_id is not None:
-        msg["request_id"] = request_id
-    return _line(msg)
-
-
-def ack(
-    task_id: str, *, deduplicated_of: str | None = None, request_id: RequestId | None = None
-) -> bytes:
-    """``ack``: the enqueue is durable (or was dropped as a duplicate of a live task)."""
-    msg: dict[str, Any] = {"action": "ack", "task_id": task_id}
-    if deduplicated_of is not None:
-        msg["deduplicated"] = True
-        msg["duplicate_of"] = deduplicated_of
-    return _reply(msg, request_id)
-
-
-def error(
-    message: str, *, code: str, task_id: str | None = None, field: str | None = None,
-    request_id: RequestId | None = None,
-) -> bytes:  # fmt: skip
-    """``error``: a refused message. SDKs read ``message``; ``code`` is for machines."""
-    if code not in ERROR_CODES:
-        raise ValueError(f"unknown error code {code!r}")
-    msg: dict[str, Any] = {"action": "error", "code": code, "message": message}
-    if task_id is not None:
-        msg["task_id"] = task_id
-    if field is not None:
-        msg["field"] = field
-    return _reply(msg, request_id)
-
-
-def error_from(exc: ProtocolError) -> bytes:
-    """The ``error`` reply for a rejected line (code ``invalid_field`` if unknown)."""
-    code = getattr(exc, "code", INVALID_FIELD)
-    rid = getattr(exc, "request_id", None)
-    return error(exc.message, code=code, task_id=exc.task_id, field=exc.field, request_id=rid)
-
-
-def execute(
-    task_id: str, task_type: str, task_data: str, *, attempt: int,
-    max_execution_seconds: float | None = None,
-) -> bytes:  # fmt: skip
-    """``execute``: run this claimed attempt and answer with ``result``."""
-    msg: dict[str, Any] = {
-        "action": "execute", "task_id": task_id, "task_type": task_type,
-        "task_data": task_data, "attempt": attempt,
-    }  # fmt: skip
-    if max_execution_seconds is not None:
-        msg["max_execution_seconds"] = max_execution_seconds
-    return _line(msg)
-
-
-def progress(task_id: str, data: Any, *, task_type: str | None = None) -> bytes:
-    """``progress``: a handler's progress report, forwarded to SDKs and dashboards."""
-    msg: dict[str, Any] = {"action": "progress", "task_id": task_id, "data": data}
-    if task_type is not None:
-        msg["task_type"] = task_type
-    return _line(msg)
-
-
-def max_retries_reached(
-    task_id: str, task_type: str, task_data: str, *, reason: str, last_error: str | None,
-    retry_count: int,
-) -> bytes:  # fmt: skip
-    """``max_retries_reached``: the task was dead-lettered."""
-    return _line(
-        {
-            "action": "max_retries_reached", "task_id": task_id, "task_type": task_type,
-            "task_data": task_data, "reason": reason, "last_error": last_error,
-            "retry_count": retry_count,
-        }
-    )  # fmt: skip
-
-
-def stats(payload: dict[str, Any], *, request_id: RequestId | None = None) -> bytes:
-    """Reply to ``stats``: ``{"action": "stats", "stats": payload}``."""
-    return _reply({"action": "stats", "stats": payload}, request_id)
-
-
-def task(payload: dict[str, Any], *, request_id: RequestId | None = None) -> bytes:
-    """Reply to ``get``: ``{"action": "task", "task": payload}``."""
-    return _reply({"action": "task", "task": payload}, request_id)
-
-
-def ok(action: str, task_id: str, *, request_id: RequestId | None = None) -> bytes:
-    """Confirms ``cancel`` / ``requeue``: ``{"action": "ok", "of": action, "task_id": ...}``."""
-    return _reply({"action": "ok", "of": action, "task_id": task_id}, request_id)
+    return orjson.dumps(msg, option=orjson.OPT_APPEND_NEWLINE)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,0 +1,158 @@
+"""The protocol's vocabulary: limits, error codes, and the inbound commands.
+
+Frozen dataclasses, one per action; ``rpc/protocol.py`` parses lines into them and
+``rpc/replies.py`` encodes what goes back. ``specs/protocol.md`` is normative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, ClassVar, Final, TypeAlias
+
+from snerd.errors import ProtocolError
+
+MAX_LINE_BYTES: Final = 1 << 20
+"""Longest accepted inbound line in bytes, not counting the line terminator."""
+
+DEFAULT_MAX_RETRIES: Final = 3
+
+RequestId: TypeAlias = str | int
+
+# Error codes carried in ``error`` replies (the table is in specs/protocol.md).
+INVALID_JSON: Final = "invalid_json"
+LINE_TOO_LONG: Final = "line_too_long"
+UNKNOWN_ACTION: Final = "unknown_action"
+MISSING_FIELD: Final = "missing_field"
+INVALID_FIELD: Final = "invalid_field"
+DUPLICATE_TASK: Final = "duplicate_task"
+UNKNOWN_TASK: Final = "unknown_task"
+NOT_ACTIVE: Final = "not_active"
+INVALID_STATE: Final = "invalid_state"
+STORAGE_ERROR: Final = "storage_error"
+INTERNAL_ERROR: Final = "internal_error"
+ERROR_CODES: Final = frozenset(
+    {
+        INVALID_JSON, LINE_TOO_LONG, UNKNOWN_ACTION, MISSING_FIELD, INVALID_FIELD,
+        DUPLICATE_TASK, UNKNOWN_TASK, NOT_ACTIVE, INVALID_STATE, STORAGE_ERROR,
+        INTERNAL_ERROR,
+    }
+)  # fmt: skip
+
+
+class InvalidMessage(ProtocolError):
+    """An inbound line was rejected. Carries everything the ``error`` reply needs.
+
+    ``raw`` is the offending line (its first 1 KiB when it was too long).
+    """
+
+    def __init__(
+        self, message: str, *, code: str, field: str | None = None, task_id: str | None = None,
+        request_id: RequestId | None = None, raw: bytes = b"",
+    ) -> None:  # fmt: skip
+        super().__init__(message, field=field, task_id=task_id)
+        self.code = code
+        self.request_id = request_id
+        self.raw = raw
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class Register:
+    """This process runs handlers for ``task_type``; the daemon may send it ``execute``."""
+
+    action: ClassVar[str] = "register"
+    task_type: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """Add a task. Times are epoch seconds (UTC); ``task_data`` is JSON text."""
+
+    action: ClassVar[str] = "enqueue"
+    task_id: str
+    task_type: str
+    _: KW_ONLY
+    task_data: str = "null"
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_after_hours: float = 0.0
+    auto_dedupe: bool = False
+    urgency_score: float = 0.0
+    rate_limit_group: str | None = None
+    max_per_minute: int | None = None
+    execute_at: float | None = None
+    cron: str | None = None
+    webhook_url: str | None = None
+    max_execution_seconds: float | None = None
+    pool: str | None = None
+    trigger_after_ids: tuple[str, ...] = ()
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Outcome of the running attempt of ``task_id`` (``attempt`` pins which one)."""
+
+    action: ClassVar[str] = "result"
+    task_id: str
+    success: bool
+    _: KW_ONLY
+    error: str | None = None
+    attempt: int | None = None
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress report (any JSON value) from the handler running ``task_id``."""
+
+    action: ClassVar[str] = "progress"
+    task_id: str
+    data: Any = None
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Ask for queue counters."""
+
+    action: ClassVar[str] = "stats"
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Drop a task that has not finished (its running attempt's result is then refused)."""
+
+    action: ClassVar[str] = "cancel"
+    task_id: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Move a dead-lettered task back to the queue with its retry count reset."""
+
+    action: ClassVar[str] = "requeue"
+    task_id: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    """Ask for one task's current state."""
+
+    action: ClassVar[str] = "get"
+    task_id: str
+    _: KW_ONLY
+    request_id: RequestId | None = None
+
+
+Command: TypeAlias = Register | Enqueue | Result | Progress | Stats | Cancel | Requeue | Get
