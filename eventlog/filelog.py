@@ -36,7 +36,11 @@ CHUNK_SIZE = 4 << 20
 """Bytes read per ``pread`` during replay and catch-up."""
 
 _FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="snerd-fsync")
-"""fsync runs here, off the event loop (a dedicated pool costs less than to_thread)."""
+"""Slow fsyncs run here, off the event loop (a dedicated pool costs less than to_thread)."""
+
+INLINE_FSYNC_SECONDS = 0.0005
+"""An fsync that usually takes less than this runs on the loop thread: on a fast disk
+the hand-off to a thread and back costs as much as the fsync itself."""
 
 _LOG_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
@@ -84,6 +88,7 @@ class FileLog(BatchingLog):
         self._generation = 0  # bumped whenever this instance switches files
         self._mutex = asyncio.Lock()  # reading state and the write path, in-process
         self._compact_lock = asyncio.Lock()
+        self._fsync_seconds = 0.0  # moving average of recent fsyncs
         self._watcher: Watcher | None = None
         self._follower: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
@@ -263,8 +268,17 @@ class FileLog(BatchingLog):
         compaction.write_all(self._fd, data)
         self._read_pos += len(data)
         if durable and self._fsync_on:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(_FSYNC_POOL, _fsync, self._fd)
+            await self._fsync()
+
+    async def _fsync(self) -> None:
+        """fsync the log, inline while fsyncs are fast, else in the pool (adaptive)."""
+        start = time.perf_counter()
+        if self._fsync_seconds < INLINE_FSYNC_SECONDS:
+            os.fsync(self._fd)
+        else:
+            await asyncio.get_running_loop().run_in_executor(_FSYNC_POOL, _fsync, self._fd)
+        took = time.perf_counter() - start
+        self._fsync_seconds = 0.8 * self._fsync_seconds + 0.2 * took
 
     # ------------------------------------------------------------ compaction
 
