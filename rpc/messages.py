@@ -127,7 +127,7 @@ class Stats:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """Drop a task that has not finished (its running attempt's result is then refused)."""
+    """Drop a waiting task (pending, scheduled or blocked); a running one is refused."""
 
     action: ClassVar[str] = "cancel"
     task_id: str
