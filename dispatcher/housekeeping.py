@@ -93,7 +93,7 @@ class Housekeeper:
         await engine.commit(decide)
 
     async def maybe_compact(self) -> None:
-        """Compact once the log is at least ``compact_min_bytes`` and more than
+        """Compact once the log is at least ``compact_min_bytes`` and at least
         ``compact_dead_ratio`` of its records are dead."""
         engine = self.engine
         stats = engine.log.stats()
