@@ -12,9 +12,10 @@ from typing import Any
 
 import xxhash
 
+from snerd.errors import EventError
 from snerd.projections import events as ev
 from snerd.projections.queries import descendants
-from snerd.projections.schedule import format_instant, next_fire, parse_cron, reschedule
+from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState
 from snerd.projections.task import Task, task_to_record
 from snerd.rpc.protocol import Enqueue
@@ -24,10 +25,12 @@ Record = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A command that appends nothing: why, as a protocol error code and message."""
+    """A command that appends nothing: why, as a protocol error code and message,
+    and the field at fault when there is one."""
 
     code: str
     message: str
+    field: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +73,12 @@ def enqueue(
     """The enqueued event, or a refusal (live id) or a dedupe verdict."""
     if cmd.task_id in state.tasks or cmd.task_id in state.dlq:
         where = "in the dead-letter queue" if cmd.task_id in state.dlq else "live"
-        return [], Refusal("duplicate_task", f"task {cmd.task_id!r} already exists ({where})")
+        message = f"task {cmd.task_id!r} already exists ({where})"
+        return [], Refusal("duplicate_task", message, "task_id")
     cycle = _cycle(state, cmd.task_id, cmd.trigger_after_ids)
     if cycle:
-        return [], Refusal("invalid_field", f"trigger_after_ids would create a cycle via {cycle!r}")
+        message = f"trigger_after_ids would create a cycle via {cycle!r}"
+        return [], Refusal("invalid_field", message, "trigger_after_ids")
     digest = fingerprint(cmd.task_type, cmd.task_data) if cmd.auto_dedupe else None
     holders = state.fingerprints.get(digest) if digest else None
     if holders:
@@ -134,16 +139,27 @@ def claim(task: Task, *, now: float, daemon: str, lease_seconds: float) -> Recor
     return record
 
 
+def _schedule(task: Task) -> Cron | None:
+    """The task's cron schedule; None for one-off tasks (and for a cron text a log
+    line carried that no longer parses: the task then ends like a one-off)."""
+    if not task.cron:
+        return None
+    try:
+        return parse_cron(task.cron)
+    except EventError:
+        return None
+
+
 def succeed(task: Task, *, now: float, daemon: str) -> list[Record]:
     """Completion: a tombstone, or for a cron task its next occurrence."""
-    if task.cron:
-        return [_next_occurrence(task, now, daemon)]
+    cron = _schedule(task)
+    if cron is not None:
+        return [_next_occurrence(task, cron, now, daemon)]
     # SnerdMQ's readers count a tombstone that still carries an error as a failure.
     return [full_state(ev.SUCCEEDED, replace(task, last_error=None), now, daemon)]
 
 
-def _next_occurrence(task: Task, now: float, daemon: str) -> Record:
-    cron = parse_cron(task.cron or "")
+def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str) -> Record:
     at = reschedule(cron, scheduled_at=task.execute_at or now, now=now)
     fresh = replace(task, execute_at=at, retry_count=0, retry_after_time=None, last_error=None)
     return full_state(ev.RESCHEDULED, fresh, now, daemon)
@@ -179,11 +195,12 @@ def dead_letter(
     schedule goes on with the next occurrence.
     """
     records = []
-    if task.cron:
+    cron = _schedule(task)
+    if cron is not None:
         key = f"{task.id}@{format_instant(task.execute_at or now)}"
         records.append(full_state(ev.DEAD_LETTERED, task, now, daemon,
                                   **{ev.F_REASON: reason, ev.F_DLQ_KEY: key}))  # fmt: skip
-        records.append(_next_occurrence(task, now, daemon))
+        records.append(_next_occurrence(task, cron, now, daemon))
         return records
     records.append(full_state(ev.DEAD_LETTERED, task, now, daemon, **{ev.F_REASON: reason}))
     records.extend(fail_through(state, [task.id], now=now, daemon=daemon))
@@ -258,7 +275,7 @@ def requeue(
     if key != task.id:
         task = replace(task, id=key, cron=None)
     if task.id in state.tasks:
-        return [], Refusal("duplicate_task", f"task {task.id!r} is live")
+        return [], Refusal("invalid_state", f"task {task.id!r} is live")
     fresh = replace(task, retry_count=0, retry_after_time=None, last_error=None)
     return [full_state(ev.REQUEUED, fresh, now, daemon, **{ev.F_DLQ_KEY: key})], None
 

@@ -240,8 +240,8 @@ class Engine:
         def decide() -> tuple[list[Record], cmds.Refusal | cmds.Deduplicated | None]:
             try:
                 return cmds.enqueue(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
-            except EventError as exc:
-                return [], cmds.Refusal("invalid_field", str(exc))
+            except EventError as exc:  # e.g. a cron with no fire time after now
+                return [], cmds.Refusal("invalid_field", str(exc), "cron" if cmd.cron else None)
 
         return await self.commit(decide)
 

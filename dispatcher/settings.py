@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 
 from snerd.dispatcher.engine import EngineConfig
@@ -18,7 +19,7 @@ def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float
         value = float(raw)
     except ValueError:
         value = minimum - 1
-    if value < minimum:
+    if not math.isfinite(value) or value < minimum:
         log.warning("%s=%r is not a number >= %g; using %g", name, raw, minimum, default)
         return default
     return value
@@ -36,9 +37,19 @@ def _pools(raw: str) -> dict[str, int]:
     return pools
 
 
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.strip().isdigit() or int(raw) < 1:
+        log.warning("%s=%r is not a whole number >= 1; using %d", name, raw, default)
+        return default
+    return int(raw)
+
+
 def engine_config(env: Mapping[str, str]) -> EngineConfig:
     return EngineConfig(
-        max_workers=int(_number(env, "SNERD_MAX_WORKERS", 8, minimum=1)),
+        max_workers=_whole(env, "SNERD_MAX_WORKERS", 8),
         pools=_pools(env.get("SNERD_POOLS", "")),
         lease_seconds=_number(env, "SNERD_LEASE_SECONDS", 3600.0, minimum=1),
         drain_seconds=_number(env, "SNERD_DRAIN_TIMEOUT", 30.0, minimum=0),

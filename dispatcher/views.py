@@ -57,6 +57,7 @@ def task_view(state: QueueState, task_id: str, *, now: float) -> dict[str, Any] 
         return None
     view = task_to_record(entry.task)
     view.update(status="dead_lettered", reason=entry.reason, dlqKey=entry.key)
+    view["attempt"] = entry.task.attempt
     if entry.at is not None:
         view["deadLetteredAt"] = format_instant(entry.at)
     return view

@@ -60,6 +60,14 @@ def ms_times(values: Any) -> list[float]:
     return times
 
 
+def claim_fields(record: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """(taskId, daemon, attempt or None) of a claim; EventError if it is unusable."""
+    attempt = record.get(ev.F_ATTEMPT)
+    if attempt is not None and (type(attempt) is not int or attempt < 1):
+        raise EventError(f"{ev.F_ATTEMPT} must be an integer >= 1")
+    return _str(record, ev.F_TASK_ID), _str(record, ev.F_DAEMON), attempt
+
+
 def _str(record: Mapping[str, Any], key: str) -> str:
     value = record.get(key)
     if not isinstance(value, str) or not value:
@@ -213,18 +221,17 @@ class Folder:
     # --- light events ------------------------------------------------------------------
 
     def _claimed(self, record: Mapping[str, Any]) -> None:
-        task_id = _str(record, ev.F_TASK_ID)
-        at = record_time(record) or 0.0
+        task_id, daemon, attempt = claim_fields(record)  # an unusable claim changes nothing
+        at = record_time(record)
         task = self.tasks.get(task_id)
         group = record.get(ev.F_GROUP)  # only a claim that names its group counts
-        if group:
+        if group and at is not None:
             self._window_add(str(group), (at,))
         if task is None or task.phase == ACTIVE:
             return
-        attempt = _int(record, ev.F_ATTEMPT, task.attempt + 1)
-        daemon = _str(record, ev.F_DAEMON)
+        attempt = task.attempt + 1 if attempt is None else attempt
         lease_until = ms_time(record.get(ev.F_LEASE_UNTIL))
-        claim = Claim(daemon, attempt, at, lease_until)
+        claim = Claim(daemon, attempt, at or 0.0, lease_until)
         self._unindex(task)
         task = replace(task, phase=ACTIVE, attempt=attempt, claim=claim, progress=None)
         self.tasks[task_id] = task

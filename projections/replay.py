@@ -16,7 +16,7 @@ from typing import Any
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
-from snerd.projections.apply import ms_time, ms_times, record_time
+from snerd.projections.apply import claim_fields, ms_time, ms_times, record_time
 from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState, from_tables
 from snerd.projections.task import ACTIVE, Claim, Task, require_ids, task_from_record
 
@@ -183,22 +183,17 @@ class BulkFolder:
         self.dlq[key] = _Dead(record, self.n, attempt, reason, at)
 
     def _claimed(self, record: Mapping[str, Any]) -> None:
-        task_id = _task_id(record)
-        at = record_time(record) or 0.0
+        task_id, daemon, attempt = claim_fields(record)
+        at = record_time(record)
         group = record.get(ev.F_GROUP)
-        if group:
+        if group and at is not None:
             self._window_add(str(group), [at])
         entry = self.live.get(task_id)
         if entry is None or entry.claim is not None:
             return
-        attempt = record.get(ev.F_ATTEMPT, entry.attempt + 1)
-        if isinstance(attempt, bool) or not isinstance(attempt, int):
-            raise EventError(f"{ev.F_ATTEMPT} must be an integer")
-        daemon = record.get(ev.F_DAEMON)
-        if not isinstance(daemon, str) or not daemon:
-            raise EventError(f"{ev.F_DAEMON} must be a non-empty string")
+        attempt = entry.attempt + 1 if attempt is None else attempt
         lease_until = ms_time(record.get(ev.F_LEASE_UNTIL))
-        entry.claim = Claim(daemon, attempt, at, lease_until)
+        entry.claim = Claim(daemon, attempt, at or 0.0, lease_until)
         entry.attempt = attempt
         entry.progress = None
 

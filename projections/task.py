@@ -91,17 +91,24 @@ class Task:
         return (self.type, self.pool or "", self.rate_group or "", self.max_per_minute or 0)
 
 
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _number(value: Any, name: str, default: float) -> float:
-    """A number a line can hold again (|x| < 2**53), else ``default``: a bad optional
-    field never loses a task (``snerdmq replay --verify`` reports it)."""
+def _number(value: Any, name: str, default: float, *, low: float = -_MAX_EXACT) -> float:
+    """A number in [low, 2**53) (what a line can hold again), else ``default``: a bad
+    optional field never loses a task (``snerdmq replay --verify`` reports it)."""
     kind = type(value)
-    if (kind is float or kind is int) and -_MAX_EXACT < value < _MAX_EXACT:
+    if (kind is float or kind is int) and low <= value < _MAX_EXACT:
         return float(value)
     return default
+
+
+def _positive(value: Any, name: str) -> float | None:
+    """A number > 0, else None (absent, or a limit that cannot hold)."""
+    number = _number(value, name, 0.0, low=0.0)
+    return number if number > 0 else None
+
+
+def _text(value: Any) -> str | None:
+    """Non-empty text, else None (a cron, URL, pool or group must be text)."""
+    return value if type(value) is str and value else None
 
 
 def _instant(value: Any, name: str) -> float | None:
@@ -155,10 +162,6 @@ def _data(value: Any) -> str:
 _KNOWN_FIELDS: Final = ev.TASK_FIELDS | ev.OUR_FIELDS
 
 
-def _maybe_number(value: Any, name: str) -> float | None:
-    return None if value is None else _number(value, name, 0.0)
-
-
 def require_ids(record: Mapping[str, Any]) -> tuple[str, str]:
     """(taskId, taskType) of a full-state line; EventError if either is unusable.
 
@@ -180,27 +183,29 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
     task_id, task_type = require_ids(record)
     created = _instant(get(ev.F_CREATED_AT), ev.F_CREATED_AT)
     unknown = record.keys() - _KNOWN_FIELDS
-    per_minute = _maybe_number(get(ev.F_MAX_PER_MINUTE), ev.F_MAX_PER_MINUTE)
+    per_minute = _number(get(ev.F_MAX_PER_MINUTE), ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
     return Task(
         id=task_id,
         type=task_type,
         data=_data(get(ev.F_TASK_DATA)),
-        max_retries=int(_number(get(ev.F_MAX_RETRIES), ev.F_MAX_RETRIES, 3)),
-        retry_after_hours=_number(get(ev.F_RETRY_AFTER_HOURS), ev.F_RETRY_AFTER_HOURS, 0.0),
-        retry_count=int(_number(get(ev.F_RETRY_COUNT), ev.F_RETRY_COUNT, 0)),
+        max_retries=int(_number(get(ev.F_MAX_RETRIES), ev.F_MAX_RETRIES, 3, low=0)),
+        retry_after_hours=_number(
+            get(ev.F_RETRY_AFTER_HOURS), ev.F_RETRY_AFTER_HOURS, 0.0, low=0.0
+        ),
+        retry_count=int(_number(get(ev.F_RETRY_COUNT), ev.F_RETRY_COUNT, 0, low=0)),
         urgency=_number(get(ev.F_URGENCY), ev.F_URGENCY, 0.0),
         execute_at=_since_creation(record, ev.F_EXECUTE_AT, created),
         retry_after_time=_since_creation(record, ev.F_RETRY_AFTER_TIME, created),
-        cron=_opt_str(get(ev.F_CRON)),
-        webhook_url=_opt_str(get(ev.F_WEBHOOK_URL)),
-        max_execution_seconds=_maybe_number(
+        cron=_text(get(ev.F_CRON)),
+        webhook_url=_text(get(ev.F_WEBHOOK_URL)),
+        max_execution_seconds=_positive(
             get(ev.F_MAX_EXECUTION_SECONDS), ev.F_MAX_EXECUTION_SECONDS
         ),
-        pool=_opt_str(get(ev.F_POOL)),
-        rate_group=_opt_str(get(ev.F_RATE_GROUP)),
-        max_per_minute=None if per_minute is None else int(per_minute),
-        auto_dedupe=bool(get(ev.F_AUTO_DEDUPE, False)),
-        fingerprint=_opt_str(get(ev.F_FINGERPRINT)),
+        pool=_text(get(ev.F_POOL)),
+        rate_group=_text(get(ev.F_RATE_GROUP)),
+        max_per_minute=int(per_minute) or None,
+        auto_dedupe=get(ev.F_AUTO_DEDUPE) is True,
+        fingerprint=_text(get(ev.F_FINGERPRINT)),
         parents=_parents(get(ev.F_TRIGGER_AFTER_IDS)),
         last_error=record_error(record),
         created_at=created,

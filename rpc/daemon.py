@@ -45,7 +45,6 @@ class Session:
         self.out = out
         self.registered: set[str] = set()
         self.engine: Engine | None = None
-        self.sent: dict[str, int] = {}  # task id -> attempt sent to the SDK
 
     # executor ------------------------------------------------------------------------
 
@@ -53,7 +52,6 @@ class Session:
         return task.type in self.registered and not task.webhook_url
 
     def start(self, run: Run, outcomes: Outcomes) -> None:
-        self.sent[run.task.id] = run.attempt
         line = p.execute(
             run.task.id, run.task.type, run.task.data, attempt=run.attempt,
             max_execution_seconds=run.task.max_execution_seconds,
@@ -61,17 +59,16 @@ class Session:
         self.out.write(line)
 
     def stop(self, run: Run) -> None:
-        self.sent.pop(run.task.id, None)
+        return None  # the SDK has no way to stop a handler; its late result is refused
 
     # listener ------------------------------------------------------------------------
 
     def forward_progress(self, command: p.Progress) -> None:
         """Echo an SDK's progress at once (its dashboard listens for it), in order with
         its result: the record in the log follows."""
-        if command.task_id in self.sent:
-            run = self.engine.runs.get(command.task_id) if self.engine else None
-            task_type = run.task.type if run is not None else None
-            self.out.write(p.progress(command.task_id, command.data, task_type=task_type))
+        run = self.engine.runs.get(command.task_id) if self.engine else None
+        if run is not None and run.executor is self:
+            self.out.write(p.progress(command.task_id, command.data, task_type=run.task.type))
 
     def on_progress(self, task_id: str, task_type: str | None, data: Any, local: bool) -> None:
         return None  # our own SDK's progress is echoed by forward_progress
@@ -200,9 +197,9 @@ async def serve(
 
 
 async def _release_sent(session: Session, engine: Engine) -> None:
-    for task_id in list(session.sent):
-        run = engine.runs.get(task_id)
-        if run is not None and run.executor is session:
+    """stdin closed: what the SDK was running can never report back; release it."""
+    for run in list(engine.runs.values()):
+        if run.executor is session:
             await engine.release(run, ev.REASON_DRAIN)
 
 

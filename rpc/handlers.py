@@ -16,7 +16,9 @@ log = logging.getLogger("snerd.rpc")
 
 
 def _refused(refusal: cmds.Refusal, task_id: str | None, rid: Any) -> bytes:
-    return p.error(refusal.message, code=refusal.code, task_id=task_id, request_id=rid)
+    return p.error(
+        refusal.message, code=refusal.code, task_id=task_id, field=refusal.field, request_id=rid
+    )
 
 
 async def answer(command: p.Command, engine: Engine, out: Output) -> None:

@@ -157,12 +157,12 @@ def test_task_survives_record_round_trip(data: bytes, order: int) -> None:
         | st.integers(min_value=0, max_value=4 * 10**12).map(lambda m: m / 1000),
         retry_after_time=st.none()
         | st.integers(min_value=0, max_value=4 * 10**12).map(lambda m: m / 1000),
-        cron=st.none() | st.text(max_size=5),
-        pool=st.none() | st.text(max_size=3),
-        rate_group=st.none() | st.text(max_size=3),
+        cron=st.none() | st.text(min_size=1, max_size=5),  # "" means absent
+        pool=st.none() | st.text(min_size=1, max_size=3),
+        rate_group=st.none() | st.text(min_size=1, max_size=3),
         max_per_minute=st.none() | st.integers(min_value=1, max_value=1000),
         auto_dedupe=st.booleans(),
-        fingerprint=st.none() | st.text(max_size=3),
+        fingerprint=st.none() | st.text(min_size=1, max_size=3),
         parents=st.lists(st.text(min_size=1, max_size=3), max_size=3).map(tuple),
         last_error=st.none() | st.text(max_size=5),
     )
