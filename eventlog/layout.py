@@ -99,7 +99,8 @@ def archive_name(ts_ms: int, last_seq: int, n: int = 0) -> str:
     """The archive file name of a compaction at ``ts_ms`` that snapshotted ``last_seq``
     (``n`` > 0 tells apart compactions with the same time and seq)."""
     suffix = f"-{n}" if n else ""
-    return f"tasks-{ts_ms}-{last_seq}{suffix}.log"
+    # Zero-padded, so that listing the folder (ls, sorted()) shows the archives in order.
+    return f"tasks-{ts_ms:013d}-{last_seq:012d}{suffix}.log"
 
 
 def resolve(path: str | os.PathLike[str]) -> Layout:

@@ -18,6 +18,7 @@ from snerd.errors import LogError
 from snerd.eventlog import compaction, locking, watch
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.history import iter_history, read_records
+from snerd.eventlog.layout import resolve
 
 Opener = Callable[..., Any]
 
@@ -313,7 +314,8 @@ async def test_archive_and_full_history_without_duplicates(storage: Path, file_l
     with open(log_path(storage), "ab") as f:
         f.write(b"garbage\n")
 
-    archives = sorted((storage / "tasks" / "archive").iterdir())
+    archives = resolve(storage).archive_files()
+    assert archives == sorted((storage / "tasks" / "archive").iterdir())  # names sort too
     assert len(archives) == 3
     assert all(p.name.startswith("tasks-") and p.suffix == ".log" for p in archives)
     history = list(iter_history(storage))

@@ -104,8 +104,11 @@ def test_archive_files_sort_numerically(tmp_path: Path) -> None:
         (layout.archive_dir / archive_name(ts, seq)).touch()
     (layout.archive_dir / "notes.txt").touch()
     assert [p.name for p in layout.archive_files()] == [
-        "tasks-99-1.log",
-        "tasks-900-5.log",
-        "tasks-1000-7.log",
-        "tasks-1000-12.log",
+        "tasks-0000000000099-000000000001.log",
+        "tasks-0000000000900-000000000005.log",
+        "tasks-0000000001000-000000000007.log",
+        "tasks-0000000001000-000000000012.log",
     ]
+    assert layout.archive_files() == sorted(layout.archive_dir.glob("tasks-*.log"))
+    (layout.archive_dir / "tasks-1000-3.log").touch()  # an unpadded name still orders
+    assert layout.archive_files()[2].name == "tasks-1000-3.log"
