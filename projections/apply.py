@@ -18,9 +18,9 @@ from snerd.projections import events as ev
 from snerd.projections import heap
 from snerd.projections.cells import MapCell, SetCell
 from snerd.projections.delta import Delta, DeltaBuilder
+from snerd.projections.rates import extend_window
 from snerd.projections.rules import phase_for
 from snerd.projections.state import (
-    RATE_WINDOW_SECONDS,
     DeadLetter,
     QueueState,
     lane_key,
@@ -275,11 +275,9 @@ class Folder:
         self._window_add(group, tuple(ms_times(record.get(ev.F_TIMES))))
 
     def _window_add(self, group: str, times: tuple[float, ...]) -> None:
-        merged = sorted((*(self.windows.get(group) or ()), *times))
-        if not merged:
-            return
-        horizon = merged[-1] - RATE_WINDOW_SECONDS
-        self.windows[group] = tuple(t for t in merged if t > horizon)
+        window = extend_window(self.windows.get(group) or (), times)
+        if window:
+            self.windows[group] = window
 
     # --- indexes --------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from snerd.projections import heap
-from snerd.projections.state import RATE_WINDOW_SECONDS, QueueState
+from snerd.projections.rates import extend_window, window_slot_free_at
+from snerd.projections.state import QueueState
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
 
 PHASES = (READY, DELAYED, BLOCKED, ACTIVE)
@@ -20,10 +21,7 @@ def lane_top(state: QueueState, lane: Lane) -> Task | None:
 
 def slot_free_at(state: QueueState, group: str, max_per_minute: int, now: float) -> float | None:
     """None if the group may dispatch now, else the instant its next slot frees."""
-    window = [t for t in state.windows.get(group, ()) if t > now - RATE_WINDOW_SECONDS]
-    if len(window) < max_per_minute:
-        return None
-    return window[-max_per_minute] + RATE_WINDOW_SECONDS
+    return window_slot_free_at(state.windows.get(group, ()), max_per_minute, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +64,18 @@ def pick_many(
     Picks are appended to ``out`` as they are made, so ``eligible`` may look at it
     (e.g. to count a pool's capacity used by this batch)."""
     lanes = {lane: state.lanes[lane] for lane in state.lanes}
-    taken: dict[str, int] = {}  # rate group -> slots used by this batch
+    windows: dict[str, tuple[float, ...]] = {}  # rate windows with this batch's claims
     out = [] if out is None else out
+    picked: set[str] = set()  # a lane may hold two live entries of one task (lazy heaps)
     while len(out) < limit:
         best: tuple[tuple[float, int], Lane, Task] | None = None
         for lane, node in list(lanes.items()):
-            task, node = _valid_top(state, node)
+            task, node = _valid_top(state, node, picked)
             if task is None:
                 del lanes[lane]
                 continue
             lanes[lane] = node  # stale entries dropped: the pop below removes ``task``
-            if not eligible(task) or not _has_slot(state, task, now, taken):
+            if not eligible(task) or not _has_slot(state, task, now, windows):
                 continue
             rank = (-task.urgency, task.order)
             if best is None or rank < best[0]:
@@ -86,29 +85,36 @@ def pick_many(
         _, lane, task = best
         lanes[lane] = heap.pop(lanes[lane])
         if task.rate_group:
-            taken[task.rate_group] = taken.get(task.rate_group, 0) + 1
+            group = task.rate_group
+            windows[group] = extend_window(windows.get(group, state.windows.get(group, ())), (now,))
         out.append(task)
+        picked.add(task.id)
     return out
 
 
-def _valid_top(state: QueueState, node: heap.Heap) -> tuple[Task | None, heap.Heap]:
-    """The lane's best READY task, and the lane without the stale entries above it."""
+def _valid_top(
+    state: QueueState, node: heap.Heap, picked: set[str]
+) -> tuple[Task | None, heap.Heap]:
+    """The lane's best READY task not picked yet, and the lane without the entries
+    above it that are stale (or already picked)."""
     while node is not None:
         _, order, task_id = heap.top(node)
         task = state.tasks.get(task_id)
-        if task is not None and task.phase == READY and task.order == order:
+        fresh = task is not None and task.phase == READY and task.order == order
+        if fresh and task_id not in picked:
             return task, node
         node = heap.pop(node)
     return None, None
 
 
-def _has_slot(state: QueueState, task: Task, now: float, taken: dict[str, int]) -> bool:
+def _has_slot(
+    state: QueueState, task: Task, now: float, windows: dict[str, tuple[float, ...]]
+) -> bool:
     if not (task.rate_group and task.max_per_minute):
         return True
-    used = taken.get(task.rate_group, 0)
-    if used >= task.max_per_minute:
-        return False
-    return slot_free_at(state, task.rate_group, task.max_per_minute - used, now) is None
+    group = task.rate_group
+    window = windows.get(group, state.windows.get(group, ()))
+    return window_slot_free_at(window, task.max_per_minute, now) is None
 
 
 def expired_leases(state: QueueState, now: float) -> list[Task]:

@@ -17,7 +17,8 @@ from typing import Any
 from snerd.errors import EventError
 from snerd.projections import events as ev
 from snerd.projections.apply import claim_fields, ms_time, ms_times, record_time
-from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState, from_tables
+from snerd.projections.rates import extend_window
+from snerd.projections.state import DeadLetter, QueueState, from_tables
 from snerd.projections.task import ACTIVE, Claim, Task, require_ids, task_from_record
 
 _UPSERTS = frozenset({ev.ENQUEUED, ev.RETRY_SCHEDULED, ev.RESCHEDULED, ev.REQUEUED})
@@ -214,10 +215,7 @@ class BulkFolder:
 
     @staticmethod
     def _trimmed(times: list[float]) -> list[float]:
-        if not times:
-            return []
-        horizon = max(times) - RATE_WINDOW_SECONDS
-        return sorted(t for t in times if t > horizon)
+        return list(extend_window((), times))
 
 
 def bulk_fold(records: Iterable[Mapping[str, Any]]) -> QueueState:

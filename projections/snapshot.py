@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from snerd.projections import events as ev
-from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState
+from snerd.projections.rates import RATE_WINDOW_SECONDS
+from snerd.projections.state import DeadLetter, QueueState
 from snerd.projections.task import ACTIVE, Task, task_to_record
 
 

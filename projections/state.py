@@ -34,8 +34,6 @@ from snerd.projections.delta import Delta, DeltaBuilder
 from snerd.projections.rules import phase_for
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
 
-RATE_WINDOW_SECONDS = 60.0
-
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:

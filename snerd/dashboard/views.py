@@ -17,8 +17,9 @@ from typing import Any
 from snerd.dispatcher.views import claim_view, state_counts, status_of
 from snerd.projections import events as ev
 from snerd.projections.queries import slot_free_at
+from snerd.projections.rates import RATE_WINDOW_SECONDS
 from snerd.projections.schedule import format_instant, parse_instant
-from snerd.projections.state import RATE_WINDOW_SECONDS, DeadLetter, QueueState
+from snerd.projections.state import DeadLetter, QueueState
 from snerd.projections.task import Task, record_error, task_to_record
 
 STATES = ("pending", "scheduled", "blocked", "active", "dead_lettered", "completed", "cancelled")

@@ -7,8 +7,9 @@ from dataclasses import fields, replace
 from typing import Any
 
 from snerd.projections import heap
+from snerd.projections.rates import RATE_WINDOW_SECONDS
 from snerd.projections.rules import phase_for
-from snerd.projections.state import RATE_WINDOW_SECONDS, QueueState, lane_key, timer_key
+from snerd.projections.state import QueueState, lane_key, timer_key
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
 
 
