@@ -90,28 +90,27 @@ class BatchingLog(EventLog):
 
     # -------------------------------------------------------------- delivery
 
+    def _notify(self, method: str, *args: Any) -> None:
+        """Call the listener; a listener error is fatal for the log (fail-stop)."""
+        assert self._listener is not None
+        try:
+            getattr(self._listener, method)(*args)
+        except Exception as exc:
+            self._fail(exc)
+            raise LogError(f"listener failed in {method}: {exc!r}") from exc
+
     def _deliver(self, records: Sequence[Record]) -> None:
         """Hand records to the listener; a listener error is fatal for the log."""
         if not records:
             return
         self._last_seq = max_seq(records, self._last_seq)
         self._records += len(records)
-        assert self._listener is not None
-        try:
-            self._listener.on_records(records)
-        except Exception as exc:
-            self._fail(exc)
-            raise LogError(f"listener failed in on_records: {exc!r}") from exc
+        self._notify("on_records", records)
 
     def _report(self, skipped: SkippedLine) -> None:
         """Hand a skipped line to the listener."""
         self._skipped += 1
-        assert self._listener is not None
-        try:
-            self._listener.on_skipped(skipped)
-        except Exception as exc:
-            self._fail(exc)
-            raise LogError(f"listener failed in on_skipped: {exc!r}") from exc
+        self._notify("on_skipped", skipped)
 
     def _deliver_decoded(self, decoded: Decoded) -> int:
         """Deliver decoded lines in log order, in slices of DELIVERY_BATCH; return records."""
@@ -136,12 +135,7 @@ class BatchingLog(EventLog):
         self._last_seq = 0
         self._records = 0
         self._skipped = 0
-        assert self._listener is not None
-        try:
-            self._listener.on_reset()
-        except Exception as exc:
-            self._fail(exc)
-            raise LogError(f"listener failed in on_reset: {exc!r}") from exc
+        self._notify("on_reset")
 
     # ---------------------------------------------------------- group commit
 
@@ -230,12 +224,7 @@ class BatchingLog(EventLog):
         """:meth:`_deliver` for freshly stamped records (their seqs are the new maximum)."""
         self._last_seq = stamped[-1]["seq"]
         self._records += len(stamped)
-        assert self._listener is not None
-        try:
-            self._listener.on_records(stamped)
-        except Exception as exc:
-            self._fail(exc)
-            raise LogError(f"listener failed in on_records: {exc!r}") from exc
+        self._notify("on_records", stamped)
 
     async def _wait_writer(self) -> None:
         """Wait until every transaction queued so far has finished."""
