@@ -42,9 +42,6 @@ class MapCell(Generic[K, V]):
     def __iter__(self) -> Iterator[K]:
         return iter(self.value)
 
-    def keys(self) -> list[K]:
-        return list(self.value.keys())
-
     def persistent(self) -> PMap[K, V]:
         return self.value
 

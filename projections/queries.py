@@ -136,11 +136,6 @@ def iter_active(state: QueueState) -> Iterator[Task]:
                 yield task
 
 
-def owned_by(state: QueueState, daemon: str) -> list[Task]:
-    """Tasks the daemon has claimed and not yet finished."""
-    return [state.tasks[t] for t in state.by_daemon.get(daemon, ()) if t in state.tasks]
-
-
 def counts(state: QueueState) -> dict[str, int]:
     """Live tasks per phase, plus the dead-letter queue."""
     out = dict.fromkeys(PHASES, 0)
