@@ -103,13 +103,24 @@ async def _read_lines(reader: asyncio.StreamReader, session: Session, engine: En
             buffer, skipping = buffer[end + 1 :], False
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            _handle(line, session, engine, clock)
+            _handle_safely(line, session, engine, clock)
         if len(buffer) > p.MAX_LINE_BYTES:
             message = f"line exceeds {p.MAX_LINE_BYTES} bytes"
             session.out.write(p.error(message, code=p.LINE_TOO_LONG))
             buffer, skipping = b"", True
     if buffer and not skipping:
-        _handle(buffer, session, engine, clock)  # a last line without its newline
+        _handle_safely(buffer, session, engine, clock)  # a last line without its newline
+
+
+def _handle_safely(line: bytes, session: Session, engine: Engine, clock: Clock) -> None:
+    """:func:`_handle`, and any exception becomes an ``internal_error`` reply: no line,
+    whatever it holds, can end the reader (only EOF does)."""
+    try:
+        _handle(line, session, engine, clock)
+    except Exception as exc:
+        log.exception("internal error on an input line of %d bytes", len(line))
+        message = f"internal error: {type(exc).__name__}"
+        session.out.write(p.error(message, code=p.INTERNAL_ERROR))
 
 
 def _clock_command(line: bytes) -> float | None:

@@ -14,6 +14,11 @@ from snerd.errors import ProtocolError
 MAX_LINE_BYTES: Final = 1 << 20
 """Longest accepted inbound line in bytes, not counting the line terminator."""
 
+MAX_DEPTH: Final = 64
+"""Deepest accepted nesting of arrays and objects inside a message (the message object
+itself is level 1). Deeper input is refused before anything else reads it, so no later
+encoder (the log's, a webhook's) can meet a value it cannot write."""
+
 DEFAULT_MAX_RETRIES: Final = 3
 
 RequestId: TypeAlias = str | int

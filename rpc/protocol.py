@@ -47,6 +47,9 @@ from snerd.rpc.messages import (
     LINE_TOO_LONG as LINE_TOO_LONG,
 )
 from snerd.rpc.messages import (
+    MAX_DEPTH as MAX_DEPTH,
+)
+from snerd.rpc.messages import (
     MAX_LINE_BYTES as MAX_LINE_BYTES,
 )
 from snerd.rpc.messages import (
@@ -145,9 +148,13 @@ def parse_line(line: bytes | str) -> Command:
 def parse_message(msg: Any, *, raw: bytes = b"") -> Command:
     """Validate an already decoded message (the embedded API's path to the same rules)."""
     if not isinstance(msg, dict):
-        what = f"message must be a JSON object, got {_show(msg)}"
-        raise InvalidMessage(what, code=INVALID_JSON, raw=raw)
+        shown = _show(msg) if depth(msg, MAX_DEPTH) <= MAX_DEPTH else "a deeply nested value"
+        raise InvalidMessage(f"message must be a JSON object, got {shown}", code=INVALID_JSON,
+                             raw=raw[:1024])  # fmt: skip
     reader = _Reader(msg, raw)
+    for name, value in msg.items():
+        if isinstance(value, dict | list) and depth(value, MAX_DEPTH) >= MAX_DEPTH:
+            reader.fail(name, f"{name} nests deeper than {MAX_DEPTH - 1} levels")
     action = msg.get("action")
     if action is None:
         reader.fail("action", "action is required", code=MISSING_FIELD)
@@ -406,10 +413,29 @@ def _is_zero(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and value == 0
 
 
+def depth(value: Any, limit: int) -> int:
+    """How deeply arrays and objects nest in ``value`` (a scalar is 0), counted up to
+    ``limit + 1`` at most. Iterative: no input can exhaust the interpreter's stack."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        level += 1
+        if level > limit:
+            return level
+        deepest = max(deepest, level)
+        stack.extend((child, level) for child in item)
+    return deepest
+
+
 def _show(value: Any) -> str:
     """A value as JSON text, for error messages (shortened)."""
     try:
         text = orjson.dumps(value).decode()
-    except TypeError:
-        text = repr(value)
+    except (TypeError, RecursionError):
+        text = f"a value of type {type(value).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."

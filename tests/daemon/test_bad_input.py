@@ -227,3 +227,31 @@ async def test_a_malformed_clock_line_is_refused_not_fatal(daemon: Wire, line: b
     error = await daemon.expect("error", timeout=3)
     assert error["code"] in ("invalid_json", "invalid_field", "unknown_action")
     await still_works(daemon)
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "field"),
+    [
+        # issue 12.1: these single lines used to end the daemon silently
+        (b'{"action":"enqueue","task_id":"deep","task_type":"t","task_data":'
+         + b"[" * 255 + b"]" * 255 + b"}\n", "invalid_field", "task_data"),
+        (b"[" * 1000 + b"]" * 1000 + b"\n", "invalid_json", None),
+        (b'{"action":"progress","task_id":"p","data":' + b'{"a":' * 200 + b"1"
+         + b"}" * 200 + b"}\n", "invalid_field", "data"),
+    ],
+)  # fmt: skip
+async def test_deep_nesting_is_refused_and_the_daemon_goes_on(
+    daemon: Wire, line: bytes, code: str, field: str | None
+) -> None:
+    error = await error_for(daemon, line)
+    assert error["code"] == code
+    assert error.get("field") == field
+    await still_works(daemon)
+
+
+async def test_nesting_at_the_bound_is_accepted(daemon: Wire) -> None:
+    data = [0]
+    for _ in range(62):  # 63 levels inside the message object: the deepest accepted
+        data = [data]
+    await daemon.ack("edge", task_data=data)
+    await daemon.expect("execute", task_id="edge")
