@@ -19,6 +19,7 @@ class Delta:
     finished: tuple[str, ...] = ()  # left the live table (completed, cancelled, dead)
     dead: tuple[str, ...] = ()  # DLQ keys added
     progress: tuple[tuple[str, Any], ...] = ()
+    counted: tuple[tuple[str, Any], ...] = ()  # (metric, event): what counters to bump
     reset: bool = False  # the whole state was rebuilt
 
     def __bool__(self) -> bool:
@@ -40,6 +41,7 @@ _TUPLES = (
     "finished",
     "dead",
     "progress",
+    "counted",
 )
 
 
@@ -56,6 +58,7 @@ class DeltaBuilder:
     finished: list[str] = field(default_factory=list)
     dead: list[str] = field(default_factory=list)
     progress: list[tuple[str, Any]] = field(default_factory=list)
+    counted: list[tuple[str, Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return any(getattr(self, n) for n in _TUPLES)
