@@ -89,7 +89,7 @@ class Folder:
             tasks=tasks,
             dlq=self.dlq.persistent(),
             lanes=lanes.persistent(),
-            timers=self.timers,
+            timers=_clean_timers(self.timers, tasks),
             refs=self.refs.persistent(),
             doomed=self.doomed.persistent(),
             fingerprints=self.fingerprints.persistent(),
@@ -254,4 +254,16 @@ def _clean_lane(lane: heap.Heap, tasks: Mapping[str, Task]) -> heap.Heap:
         if task is not None and task.phase == READY and task.order == order:
             return lane
         lane = heap.pop(lane)
+    return None
+
+
+def _clean_timers(timers: heap.Heap, tasks: Mapping[str, Task]) -> heap.Heap:
+    """Pop stale tops (tasks no longer DELAYED under that order): a timer that came due
+    stays at the top until its task is claimed, then leaves with the next fold."""
+    while timers is not None:
+        _, order, task_id = heap.top(timers)
+        task = tasks.get(task_id)
+        if task is not None and task.phase == DELAYED and task.order == order:
+            return timers
+        timers = heap.pop(timers)
     return None

@@ -25,6 +25,14 @@ class Delta:
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
 
+    @property
+    def wakes_dispatch(self) -> bool:
+        """Whether something may have become runnable (or capacity may have freed)."""
+        return bool(
+            self.ready or self.delayed or self.released or self.finished or self.doomed
+            or self.dead
+        )  # fmt: skip
+
     def merge(self, other: Delta) -> Delta:
         """This delta followed by ``other``."""
         merged: dict[str, Any] = {n: getattr(self, n) + getattr(other, n) for n in _TUPLES}

@@ -36,10 +36,10 @@ from snerd.dashboard import timeline as tl
 from snerd.dashboard import views
 from snerd.dashboard.dag import dag_view
 from snerd.dashboard.monitor import Monitor
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.views import stats_view
 from snerd.errors import ProtocolError, SnerdError
+from snerd.projections import decide as cmds
 from snerd.projections import events as ev
 from snerd.rpc.protocol import Enqueue, parse_message
 
