@@ -18,7 +18,10 @@ from typing import Any
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
+from snerd.projections import evolve
 from snerd.projections.delta import Delta
+from snerd.projections.events import Event
+from snerd.projections.replay import BulkFolder
 
 MINUTES = 15
 """How many minutes of throughput are kept and shown."""
@@ -26,52 +29,21 @@ RECENT_FINISHED = 500
 RECENT_TASKS = 500
 EVENTS_PER_TASK = 50
 
-METRICS = ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")
-
-_METRIC_OF = {
-    ev.ENQUEUED: "enqueued",
-    ev.CLAIMED: "started",
-    ev.SUCCEEDED: "completed",
-    ev.RETRY_SCHEDULED: "failed",
-    ev.DEAD_LETTERED: "dead_lettered",
-    ev.CANCELLED: "cancelled",
-}
+METRICS = evolve.METRICS
+"""The counters, bumped by ``projections.evolve`` (the one place that says what an event
+counts as): a failed attempt counts as ``failed`` whether it retries or dead-letters;
+a cron task's next occurrence counts as ``completed`` unless its current one was
+dead-lettered; a claim counts as ``started`` only when it starts an attempt."""
 
 Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
 """Called with (changed task ids, progress items, reset) after every observed fold."""
+
+Counted = Sequence[tuple[str, Event]]
 
 
 def _seq(record: Mapping[str, Any]) -> int | None:
     seq = record.get(ev.F_SEQ)
     return seq if type(seq) is int else None
-
-
-def _metrics(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(metric, record) for every countable record of one batch, in order.
-
-    A failed attempt counts as ``failed`` whether it retries or dead-letters; a cron
-    task's ``rescheduled`` counts as ``completed`` unless the same batch dead-lettered
-    that occurrence (then the schedule only moved on).
-    """
-    out: list[tuple[str, Mapping[str, Any]]] = []
-    dead_in_batch: set[Any] = set()
-    for record in records:
-        event = record.get(ev.F_EVENT)
-        if record.get(ev.F_COMPACTED):
-            continue
-        if event == ev.RESCHEDULED:
-            if record.get(ev.F_TASK_ID) not in dead_in_batch:
-                out.append(("completed", record))
-            continue
-        metric = _METRIC_OF.get(event)  # type: ignore[arg-type]
-        if metric is None:
-            continue
-        if event == ev.DEAD_LETTERED:
-            dead_in_batch.add(record.get(ev.F_TASK_ID))
-            if record.get(ev.F_REASON) != ev.REASON_FAILED_PARENT:
-                out.append(("failed", record))
-        out.append((metric, record))
-    return out
 
 
 @dataclass(slots=True)
@@ -84,16 +56,15 @@ class Figures:
         default_factory=collections.OrderedDict
     )
 
-    def count(self, records: Sequence[Mapping[str, Any]], keep_after_minute: int) -> None:
-        for metric, record in _metrics(records):
+    def count(self, counted: Counted, keep_after_minute: int) -> None:
+        for metric, event in counted:
             self.totals[metric] += 1
-            ts = record.get(ev.F_TS)
-            if isinstance(ts, int | float) and not isinstance(ts, bool):
-                minute = int(ts // 60_000)
+            if event.ts is not None:
+                minute = int(event.ts // 60)
                 if minute > keep_after_minute:
                     self.minutes.setdefault(minute, collections.Counter())[metric] += 1
-        for record in records:
-            self.note_end(record)
+            if metric in (evolve.COMPLETED, evolve.CANCELLED) or metric == evolve.ENQUEUED:
+                self.note_end(event.record)
 
     def note_end(self, record: Mapping[str, Any]) -> None:
         """Remember a completed/cancelled task; forget it when its id comes back."""
@@ -117,21 +88,28 @@ class Figures:
 
 
 def scan(items: Iterable[Record | SkippedLine], *, upto_seq: int, now: float) -> Figures:
-    """The figures of every stored record with ``seq <= upto_seq`` (blocking: a thread)."""
+    """The figures of every stored record with ``seq <= upto_seq`` (blocking: a thread),
+    counted by the same ``evolve`` as the live fold (through a bulk fold)."""
     figures = Figures()
     keep_after = int(now // 60) - MINUTES
-    batch: list[Record] = []
+    counted: list[tuple[str, Event]] = []
+
+    def hear(metric: str, event: Event) -> None:
+        if event.seq is not None and event.seq <= upto_seq:
+            counted.append((metric, event))
+
+    folder = BulkFolder(on_count=hear)
     for item in items:
         if isinstance(item, SkippedLine):
             continue
         seq = _seq(item)
-        if seq is None or seq > upto_seq:
+        if seq is not None and seq > upto_seq:
             continue
-        batch.append(item)
-        if len(batch) >= 4096 and item.get(ev.F_EVENT) != ev.DEAD_LETTERED:
-            figures.count(batch, keep_after)
-            batch = []
-    figures.count(batch, keep_after)
+        folder.feed((item,))
+        if len(counted) >= 4096:
+            figures.count(counted, keep_after)
+            counted.clear()
+    figures.count(counted, keep_after)
     return figures
 
 
@@ -153,8 +131,10 @@ class Monitor:
     def observe(self, records: Sequence[Record], delta: Delta) -> None:
         fresh = [r for r in records if (s := _seq(r)) is not None and s > self.watermark]
         if fresh:
+            watermark = self.watermark
             self.watermark = max(_seq(r) or 0 for r in fresh)
-            self.figures.count(fresh, self._keep_after())
+            counted = [(m, e) for m, e in delta.counted if e.seq is not None and e.seq > watermark]
+            self.figures.count(counted, self._keep_after())
             self._remember(fresh)
         changed = _changed_ids(records, delta)
         for listener in list(self.listeners):
