@@ -132,9 +132,12 @@ def _state_line(t: Tables, e: StateLine) -> None:
         return
     task = e.task(0)
     if task.last_error and task.retry_count >= task.max_retries:
+        t.count(FAILED, e)
+        t.count(DEAD_LETTERED, e)
         old = t.entry(e.task_id)
         t.dead_letter(e, e.task_id, ev.REASON_MAX_RETRIES, None, old.attempt if old else 0)
     else:
+        t.count(COMPLETED, e)
         t.remove(e.task_id)
 
 
