@@ -2,8 +2,9 @@
 
 ``start_dashboard(engine, host=, port=, token=)`` serves it from any started engine;
 ``snerdmq dashboard STORAGE`` runs it on a read-only engine over a storage directory.
-aiohttp is imported only when the server is used (``snerd.dashboard.monitor`` and
-``.views`` stay light for the CLI).
+aiohttp is imported only when the server is used. What the dashboard shows comes from
+the read models in :mod:`snerd.projections.views`, the same ones the daemon's replies
+and the CLI use.
 """
 
 from __future__ import annotations

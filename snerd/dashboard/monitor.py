@@ -19,23 +19,13 @@ from typing import Any
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
 from snerd.projections.delta import Delta
+from snerd.projections.views.stats import METRICS, metrics_of
 
 MINUTES = 15
 """How many minutes of throughput are kept and shown."""
 RECENT_FINISHED = 500
 RECENT_TASKS = 500
 EVENTS_PER_TASK = 50
-
-METRICS = ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")
-
-_METRIC_OF = {
-    ev.ENQUEUED: "enqueued",
-    ev.CLAIMED: "started",
-    ev.SUCCEEDED: "completed",
-    ev.RETRY_SCHEDULED: "failed",
-    ev.DEAD_LETTERED: "dead_lettered",
-    ev.CANCELLED: "cancelled",
-}
 
 Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
 """Called with (changed task ids, progress items, reset) after every observed fold."""
@@ -44,34 +34,6 @@ Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
 def _seq(record: Mapping[str, Any]) -> int | None:
     seq = record.get(ev.F_SEQ)
     return seq if type(seq) is int else None
-
-
-def _metrics(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(metric, record) for every countable record of one batch, in order.
-
-    A failed attempt counts as ``failed`` whether it retries or dead-letters; a cron
-    task's ``rescheduled`` counts as ``completed`` unless the same batch dead-lettered
-    that occurrence (then the schedule only moved on).
-    """
-    out: list[tuple[str, Mapping[str, Any]]] = []
-    dead_in_batch: set[Any] = set()
-    for record in records:
-        event = record.get(ev.F_EVENT)
-        if record.get(ev.F_COMPACTED):
-            continue
-        if event == ev.RESCHEDULED:
-            if record.get(ev.F_TASK_ID) not in dead_in_batch:
-                out.append(("completed", record))
-            continue
-        metric = _METRIC_OF.get(event)  # type: ignore[arg-type]
-        if metric is None:
-            continue
-        if event == ev.DEAD_LETTERED:
-            dead_in_batch.add(record.get(ev.F_TASK_ID))
-            if record.get(ev.F_REASON) != ev.REASON_FAILED_PARENT:
-                out.append(("failed", record))
-        out.append((metric, record))
-    return out
 
 
 @dataclass(slots=True)
@@ -85,7 +47,7 @@ class Figures:
     )
 
     def count(self, records: Sequence[Mapping[str, Any]], keep_after_minute: int) -> None:
-        for metric, record in _metrics(records):
+        for metric, record in metrics_of(records):
             self.totals[metric] += 1
             ts = record.get(ev.F_TS)
             if isinstance(ts, int | float) and not isinstance(ts, bool):
