@@ -135,7 +135,7 @@ async def bench_throughput(tmp: Path, n: int) -> float:
 
 
 async def bench_embedded(tmp: Path, n: int) -> float:
-    from snerd.dispatcher.embedded import Queue
+    from snerd.embedded import Queue
 
     queue = Queue(str(tmp / "embedded"), max_workers=64)
 

@@ -1,26 +1,24 @@
-"""The dispatch loop: claim runnable work, start it, time it out. No polling tick.
+"""The dispatch loop: carry out plans, start attempts, time them out. No polling tick.
 
 The loop sleeps on one event. It wakes when a fold reports a delta that can make
 work runnable, when a handler is registered, when capacity frees, and on one clock
 timer armed for the earliest instant something becomes due (an ``execute_at``, a
-backoff, a rate-limit slot). Each pass claims as many tasks as capacity allows in
-one conditional append under the log lock.
+backoff, a rate-limit slot). Each pass asks the pure ``plan`` what to do and carries
+it out: its claims as one ``Claim`` command, which ``decide`` checks under the log
+lock against the caught-up state. The loop never writes the engine's state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.clock import Timer
 from snerd.dispatcher.executors import Executor, Run
-from snerd.eventlog.base import Record
-from snerd.projections import events as ev
-from snerd.projections import queries
-from snerd.projections.state import advance
+from snerd.projections.commands import Claim, FailThrough
+from snerd.projections.decide import owns
+from snerd.projections.plan import Plan, plan
 from snerd.projections.task import Task
 
 if TYPE_CHECKING:
@@ -29,10 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("snerd.dispatch")
 
 
-def owns(task: Task, daemon: str, attempt: int) -> bool:
-    """Whether ``daemon`` holds the claim on the task's ``attempt``."""
-    claim = task.claim
-    return claim is not None and claim.daemon == daemon and claim.attempt == attempt
+__all__ = ["Dispatcher", "owns"]
 
 
 class Dispatcher:
@@ -71,76 +66,43 @@ class Dispatcher:
 
     async def _pass(self) -> None:
         e = self.engine
-        if e.draining:
-            return
-        now = e.clock.now()
-        e.state, delta = advance(e.state, now)
-        if delta:
-            e.changed.set()
-        if e.state.doomed:
-            await e.commit(self._fail_through_doomed)
-        while self._capacity() > 0:
-            pick = queries.pick(e.state, now, self.eligible)
-            if pick.task is None:
-                self._arm(pick.wake_at)
+        while not e.draining:
+            step = self.plan()
+            if step.fail_through:
+                await e.run_command(FailThrough(step.fail_through))
+            if not step.claims:
+                self._arm(step.wake_at)
                 return
-            runs = await e.commit(self._claim_batch, durable=False)
-            for run in runs:
-                self._begin(run)
-            if not runs:
+            claim = Claim(tuple(t.id for t in step.claims), e.config.lease_seconds,
+                          e.config.timeout_grace)  # fmt: skip
+            claimed = await e.run_command(claim, durable=False)
+            for task, attempt in claimed:
+                self._begin(Run(task=task, attempt=attempt, started=e.clock.now()))
+            if not claimed:
                 self._wake.set()
                 return
-            now = e.clock.now()
 
-    def _fail_through_doomed(self) -> tuple[list[Record], None]:
-        """Children blocked by a dead-lettered parent (e.g. enqueued after it died)."""
-        state = self.engine.state
-        doomed = [t for t in state.doomed if t in state.tasks]
-        parents = sorted({p for t in doomed for p in state.tasks[t].parents})
-        failed = [p for p in parents if p in state.dlq]
-        now = self.engine.clock.now()
-        return cmds.fail_through(state, failed, now=now, daemon=self.engine.daemon), None
+    def plan(self, now: float | None = None) -> Plan:
+        """What the pure planner proposes for this engine at ``now``."""
+        e = self.engine
+        busy: dict[str, int] = {}
+        for run in e.runs.values():
+            if run.task.pool:
+                busy[run.task.pool] = busy.get(run.task.pool, 0) + 1
+        return plan(
+            e.state, e.clock.now() if now is None else now, self._capacity(),
+            accepts=lambda task: self.executor_for(task) is not None,
+            pools=e.config.pools, busy=busy,
+        )  # fmt: skip
 
     def _capacity(self) -> int:
         return self.engine.config.max_workers - len(self.engine.runs)
-
-    def eligible(self, task: Task, planned: Sequence[Task] = ()) -> bool:
-        """Some executor here runs the task, and its pool has room."""
-        pools = self.engine.config.pools
-        if task.pool and task.pool in pools:
-            busy = sum(1 for r in self.engine.runs.values() if r.task.pool == task.pool)
-            busy += sum(1 for t in planned if t.pool == task.pool)
-            if busy >= pools[task.pool]:
-                return False
-        return self.executor_for(task) is not None
 
     def executor_for(self, task: Task) -> Executor | None:
         for executor in self.engine.executors:
             if executor.accepts(task):
                 return executor
         return None
-
-    def _claim_batch(self) -> tuple[list[Record], list[Run]]:
-        """Under the lock: claim as many runnable tasks as capacity allows."""
-        e = self.engine
-        now = e.clock.now()
-        e.state, _ = advance(e.state, now)
-        tasks: list[Task] = []
-        limit = max(0, self._capacity())
-        queries.pick_many(e.state, now, lambda t: self.eligible(t, tasks), limit, tasks)
-        records: list[Record] = []
-        runs: list[Run] = []
-        for task in tasks:
-            record = cmds.claim(task, now=now, daemon=e.daemon, lease_seconds=self._lease(task))
-            records.append(record)
-            runs.append(Run(task=task, attempt=record[ev.F_ATTEMPT], started=now))
-        return records, runs
-
-    def _lease(self, task: Task) -> float:
-        config = self.engine.config
-        if task.max_execution_seconds:
-            return task.max_execution_seconds + config.timeout_grace + 5.0
-        return config.lease_seconds
 
     def _begin(self, run: Run) -> None:
         e = self.engine

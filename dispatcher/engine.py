@@ -17,24 +17,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.clock import Clock, SystemClock
-from snerd.dispatcher.dispatch import Dispatcher, owns
+from snerd.dispatcher.dispatch import Dispatcher
 from snerd.dispatcher.executors import Executor, Run
 from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
-from snerd.errors import EventError
 from snerd.eventlog.base import EventLog, Record, SkippedLine
+from snerd.projections import decide as cmds
 from snerd.projections import events as ev
+from snerd.projections.commands import (
+    Cancel,
+    Command,
+    Enqueue,
+    Finish,
+    Purge,
+    Release,
+    ReportProgress,
+    Requeue,
+)
+from snerd.projections.decide import decide, owns
 from snerd.projections.delta import Delta
 from snerd.projections.replay import BulkFolder
 from snerd.projections.state import QueueState, empty, fold
-from snerd.rpc.protocol import Enqueue
 
 log = logging.getLogger("snerd.engine")
 T = TypeVar("T")
 
-_WAKING = ("ready", "delayed", "released", "finished", "doomed", "dead")
 
 
 class Liveness(Protocol):
@@ -134,7 +142,7 @@ class Engine:
     def _react(self, delta: Delta) -> None:
         if delta.progress:
             self.notifier.progress(self.state, delta.progress, self.runs)
-        if any(getattr(delta, name) for name in _WAKING):
+        if delta.wakes_dispatch:
             self.dispatcher.wake()
 
     # --- lifecycle ------------------------------------------------------------------
@@ -201,16 +209,17 @@ class Engine:
             if run.executor is not None:
                 run.executor.stop(run)
         if runs:
-            await self.commit(lambda: (self._releases(runs, reason), None))
+            await self._release_runs(runs, reason)
 
-    def _releases(self, runs: list[Run], reason: str) -> list[Record]:
-        now = self.clock.now()
-        out = []
-        for run in runs:
-            task = self.state.tasks.get(run.task.id)
-            if task is not None and owns(task, self.daemon, run.attempt):
-                out.append(cmds.release(task, reason=reason, now=now, daemon=self.daemon))
-        return out
+    async def _release_runs(self, runs: Sequence[Run], reason: str) -> None:
+        """Release our own claims on these attempts (those we still hold)."""
+        mine = tuple(
+            (run.task.id, run.attempt) for run in runs
+            if (task := self.state.tasks.get(run.task.id)) is not None
+            and owns(task, self.daemon, run.attempt)
+        )  # fmt: skip
+        if mine:
+            await self.run_command(Release(mine, reason))
 
     # --- writing ----------------------------------------------------------------------
 
@@ -232,18 +241,22 @@ class Engine:
                 self.notifier.dead_lettered(record)
         return result
 
+    async def run_command(self, command: Command, *, durable: bool = True) -> Any:
+        """Decide ``command`` under the log lock against the caught-up state, append its
+        events, and return the decision's outcome (None, a refusal, a verdict)."""
+
+        def under_lock() -> tuple[list[Record], Any]:
+            decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
+            return decision.records, decision.outcome
+
+        return await self.commit(under_lock, durable=durable)
+
     # --- commands ----------------------------------------------------------------------
 
     async def enqueue(self, cmd: Enqueue) -> cmds.Refusal | cmds.Deduplicated | None:
         """Durably enqueue; None means acked, else why not."""
-
-        def decide() -> tuple[list[Record], cmds.Refusal | cmds.Deduplicated | None]:
-            try:
-                return cmds.enqueue(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
-            except EventError as exc:  # e.g. a cron with no fire time after now
-                return [], cmds.Refusal("invalid_field", str(exc), "cron" if cmd.cron else None)
-
-        return await self.commit(decide)
+        outcome: cmds.Refusal | cmds.Deduplicated | None = await self.run_command(cmd)
+        return outcome
 
     async def read(self, query: Callable[[], T]) -> T:
         """Answer ``query`` after every command accepted before it has been applied
@@ -251,29 +264,28 @@ class Engine:
         return await self.log.transact(lambda: ((), query()), durable=False)
 
     async def cancel(self, task_id: str) -> cmds.Refusal | None:
-        return await self.commit(
-            lambda: cmds.cancel(self.state, task_id, now=self.clock.now(), daemon=self.daemon)
-        )
+        outcome: cmds.Refusal | None = await self.run_command(Cancel(task_id))
+        return outcome
 
     async def requeue(self, key: str) -> cmds.Refusal | None:
-        return await self.commit(
-            lambda: cmds.requeue(self.state, key, now=self.clock.now(), daemon=self.daemon)
-        )
+        outcome: cmds.Refusal | None = await self.run_command(Requeue(key))
+        return outcome
 
     async def purge(self, key: str) -> cmds.Refusal | None:
-        return await self.commit(
-            lambda: cmds.purge(self.state, key, now=self.clock.now(), daemon=self.daemon)
-        )
+        outcome: cmds.Refusal | None = await self.run_command(Purge(key))
+        return outcome
 
     async def report_progress(self, task_id: str, data: Any) -> cmds.Refusal | None:
         """Record progress of an attempt this daemon runs (others are refused)."""
         run = self.runs.get(task_id)
         if run is None:
             return cmds.Refusal("not_active", f"task {task_id!r} is not running here")
-        record = cmds.progress(run.task, data, now=self.clock.now(), daemon=self.daemon)
-        record[ev.F_ATTEMPT] = run.attempt
-        await self.log.append([record], durable=False)
-        return None
+        command = ReportProgress(task_id, run.attempt, data)
+        decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
+        if decision.events:
+            await self.log.append(decision.records, durable=False)
+        outcome: cmds.Refusal | None = decision.outcome
+        return outcome
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
@@ -286,28 +298,16 @@ class Engine:
                 return cmds.Refusal("unknown_task", f"no live task {task_id!r}")
             return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
         self._forget(run)
-        message = error or "task failed"
-
-        def decide() -> tuple[list[Record], cmds.Refusal | None]:
-            task = self.state.tasks.get(task_id)
-            if task is None or not owns(task, self.daemon, run.attempt):
-                return [], cmds.Refusal("not_active", f"the claim on {task_id!r} was lost")
-            now = self.clock.now()
-            if success:
-                return cmds.succeed(task, now=now, daemon=self.daemon), None
-            records, _ = cmds.fail(
-                self.state, task, message, now=now, daemon=self.daemon, reason=reason
-            )
-            return records, None
-
-        return await self.commit(decide)
+        command = Finish(task_id, run.attempt, success, error=error, reason=reason)
+        outcome: cmds.Refusal | None = await self.run_command(command)
+        return outcome
 
     async def release(self, run: Run, reason: str) -> None:
         """Give an attempt back to the queue without an outcome (no retry counted)."""
         self._forget(run)
         if run.executor is not None:
             run.executor.stop(run)
-        await self.commit(lambda: (self._releases([run], reason), None))
+        await self._release_runs([run], reason)
 
     def _forget(self, run: Run) -> None:
         self.runs.pop(run.task.id, None)

@@ -13,11 +13,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.clock import Timer
-from snerd.eventlog.base import Record
 from snerd.projections import events as ev
 from snerd.projections import queries
+from snerd.projections.commands import Release
+from snerd.projections.plan import plan
 
 if TYPE_CHECKING:
     from snerd.dispatcher.engine import Engine
@@ -78,19 +78,10 @@ class Housekeeper:
             return
         by_liveness = engine.liveness is not None
         reason = ev.REASON_OWNER_DIED if by_liveness else ev.REASON_LEASE_EXPIRED
-
-        def decide() -> tuple[list[Record], None]:
-            out = []
-            for task in queries.iter_active(engine.state):
-                claim = task.claim
-                if claim is None or claim.daemon not in gone:
-                    continue
-                if not by_liveness and (claim.lease_until or now) >= now:
-                    continue
-                out.append(cmds.release(task, reason=reason, now=now, daemon=engine.daemon))
-            return out, None
-
-        await engine.commit(decide)
+        orphans = plan(engine.state, now, 0, accepts=lambda task: False, gone=gone,
+                       leases=not by_liveness).releases  # fmt: skip
+        if orphans:
+            await engine.run_command(Release(orphans, reason))
 
     async def maybe_compact(self) -> None:
         """Compact once the log is at least ``compact_min_bytes`` and at least

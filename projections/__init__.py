@@ -11,6 +11,7 @@ if __name__ != "snerd.projections":  # one import name per module (README, "Repo
     )
 
 from snerd.projections.delta import Delta
+from snerd.projections.replay import bulk_fold
 from snerd.projections.state import DeadLetter, QueueState, advance, apply, empty, fold
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Task
 
@@ -26,6 +27,7 @@ __all__ = [
     "Task",
     "advance",
     "apply",
+    "bulk_fold",
     "empty",
     "fold",
 ]

@@ -19,10 +19,19 @@ class Delta:
     finished: tuple[str, ...] = ()  # left the live table (completed, cancelled, dead)
     dead: tuple[str, ...] = ()  # DLQ keys added
     progress: tuple[tuple[str, Any], ...] = ()
+    counted: tuple[tuple[str, Any], ...] = ()  # (metric, event): what counters to bump
     reset: bool = False  # the whole state was rebuilt
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__slots__)
+
+    @property
+    def wakes_dispatch(self) -> bool:
+        """Whether something may have become runnable (or capacity may have freed)."""
+        return bool(
+            self.ready or self.delayed or self.released or self.finished or self.doomed
+            or self.dead
+        )  # fmt: skip
 
     def merge(self, other: Delta) -> Delta:
         """This delta followed by ``other``."""
@@ -40,6 +49,7 @@ _TUPLES = (
     "finished",
     "dead",
     "progress",
+    "counted",
 )
 
 
@@ -56,6 +66,7 @@ class DeltaBuilder:
     finished: list[str] = field(default_factory=list)
     dead: list[str] = field(default_factory=list)
     progress: list[tuple[str, Any]] = field(default_factory=list)
+    counted: list[tuple[str, Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return any(getattr(self, n) for n in _TUPLES)

@@ -21,8 +21,21 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from snerd.projections import events as ev
+from snerd.projections import evolve
 from snerd.projections.apply import Folder, record_time
 from snerd.projections.delta import DeltaBuilder
+from snerd.projections.events import (
+    Claimed,
+    ClaimReleased,
+    DeadLettered,
+    Event,
+    Progressed,
+    Purged,
+    RateWindow,
+    SnapshotHeader,
+    Unusable,
+    decode,
+)
 from snerd.projections.replay import BulkFolder
 from snerd.projections.state import QueueState, empty, from_tables
 from snerd.projections.task import Task, record_error
@@ -41,13 +54,12 @@ UNUSABLE: Final = "unusable record: skipped by the fold"
 SNERDMQ_UPSERT: Final = "snerdmq:upsert"  # the event name shown for a SnerdMQ state line
 SNERDMQ_DELETED: Final = "snerdmq:deleted"  # ... and for one with deletedAt
 
-_ENDINGS: Final = {
-    ev.SUCCEEDED: COMPLETED,
-    ev.CANCELLED: CANCELLED,
-    ev.DEAD_LETTERED: DEAD_LETTERED,
-    ev.PURGED: DEAD_LETTERED,  # purged from the DLQ: it still ended as a failure
-    SNERDMQ_DELETED: COMPLETED,  # unless the fold dead-lettered it (checked first)
+_ENDED_AS: Final = {
+    evolve.COMPLETED: COMPLETED,
+    evolve.CANCELLED: CANCELLED,
+    evolve.DEAD_LETTERED: DEAD_LETTERED,
 }
+"""A task that left the live table and the DLQ ended as what evolve counted it as."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,26 +133,23 @@ class History:
         return out
 
 
-def _event_name(record: Mapping[str, Any]) -> str:
-    event = record.get(ev.F_EVENT)
-    if event is None:
-        return SNERDMQ_DELETED if record.get(ev.F_DELETED_AT) else SNERDMQ_UPSERT
-    return str(event)
+def _subject(event: Event) -> str | None:
+    """The task id an event is about (for a purge: the DLQ key, as the fold reads it)."""
+    if type(event) is Purged:
+        return event.key
+    if type(event) is Unusable:
+        task_id = event.record.get(ev.F_TASK_ID)
+        return task_id if isinstance(task_id, str) and task_id else None
+    task_id = getattr(event, "task_id", None)
+    return task_id if isinstance(task_id, str) else None
 
 
-def _subject(record: Mapping[str, Any]) -> str | None:
-    """The task id a record is about (for a purge: the DLQ key, as the fold reads it)."""
-    task_id = record.get(ev.F_TASK_ID)
-    task_id = task_id if isinstance(task_id, str) and task_id else None
-    if record.get(ev.F_EVENT) == ev.PURGED:
-        return _dlq_key(record, task_id)
-    return task_id
-
-
-def _dlq_key(record: Mapping[str, Any], task_id: str | None) -> str | None:
-    """The DLQ key a dead_lettered/requeued/purged record means (the fold's reading)."""
-    value = record.get(ev.F_DLQ_KEY) or task_id
-    return None if value is None else str(value)
+def _ending(counted: Iterable[tuple[str, Event]], task_id: str) -> str | None:
+    """How evolve counted the end of ``task_id`` in this step, if it did."""
+    for metric, event in counted:
+        if metric in _ENDED_AS and getattr(event, "task_id", None) == task_id:
+            return _ENDED_AS[metric]
+    return None
 
 
 def _int(value: Any) -> int | None:
@@ -167,9 +176,12 @@ def tally(
     return error, attempt
 
 
-def _opens_history(record: Mapping[str, Any], event: str) -> bool:
-    """Whether a record may start a task's history (a light event needs a known id)."""
-    return record.get(ev.F_EVENT) not in ev.LIGHT_EVENTS and event != ev.PURGED
+_LIGHT: Final = (Claimed, Progressed, ClaimReleased, Purged, RateWindow)
+
+
+def _opens_history(event: Event) -> bool:
+    """Whether an event may start a task's history (a light event needs a known id)."""
+    return not isinstance(event, _LIGHT)
 
 
 class _Fold:
@@ -203,10 +215,10 @@ class _Fold:
         seq = _int(record.get(ev.F_SEQ))
         self.problems.append(Problem(self.events, seq, subject, message))
 
-    def _opened(self, record: Mapping[str, Any], subject: str, event: str) -> TaskHistory | None:
+    def _opened(self, event: Event, subject: str) -> TaskHistory | None:
         """The subject's history, created unless a light event names an unknown id."""
         history = self.tasks.get(subject)
-        if history is None and _opens_history(record, event):
+        if history is None and _opens_history(event):
             history = self.tasks[subject] = TaskHistory(subject)
         return history
 
@@ -243,16 +255,16 @@ class Audit(_Fold):
 
     def add(self, record: Mapping[str, Any]) -> None:
         self._tick(record)
-        in_snapshot = self._snapshot_block(record)
-        subject = _subject(record)
+        event = decode(record)
+        in_snapshot = self._snapshot_block(event)
+        subject = _subject(event)
         if self.check is not None:
             self._check(record, subject, in_snapshot)
-        invalid = self.folder.invalid
-        self.folder.apply(record)
-        if self.folder.invalid > invalid:
+        self.folder.apply_event(event)
+        if type(event) is Unusable:
             self._problem(record, subject, UNUSABLE)
         elif subject is not None:
-            self._note(record, subject)
+            self._note(event, subject)
         self.folder.delta = DeltaBuilder()
         if self.events % self.rebuild_every == 0:
             self._rebuild()
@@ -263,11 +275,10 @@ class Audit(_Fold):
 
     # --- one record -------------------------------------------------------------------
 
-    def _snapshot_block(self, record: Mapping[str, Any]) -> bool:
-        """Whether ``record`` belongs to a compaction's snapshot (header included)."""
-        if record.get(ev.F_EVENT) == ev.SNAPSHOT:
-            count = _int(record.get("records"))
-            self.snapshot_left = max(count or 0, 0)
+    def _snapshot_block(self, event: Event) -> bool:
+        """Whether ``event`` belongs to a compaction's snapshot (header included)."""
+        if type(event) is SnapshotHeader:
+            self.snapshot_left = event.records
             return True
         if self.snapshot_left > 0:
             self.snapshot_left -= 1
@@ -283,18 +294,19 @@ class Audit(_Fold):
         for message in self.check(record, before):
             self._problem(record, subject, message)
 
-    def _note(self, record: Mapping[str, Any], subject: str) -> None:
-        event = _event_name(record)
-        history = self._opened(record, subject, event)
+    def _note(self, event: Event, subject: str) -> None:
+        name = ev.event_name(event)
+        history = self._opened(event, subject)
         if history is None:
             return  # a light event about an id never seen: nothing to attach it to
         state = self._state_of(subject, event, history.state)
-        self._append(history, record, event, state)
-        key = _dlq_key(record, subject)
-        if event == ev.DEAD_LETTERED and key is not None and key != subject:
+        record = event.record
+        self._append(history, record, name, state)
+        key = event.key if type(event) is DeadLettered else None
+        if key is not None and key != subject:
             entry = self.tasks.setdefault(key, TaskHistory(key))
-            self._append(entry, record, event, DEAD_LETTERED)
-        self._side_effects(record, subject, key, event)
+            self._append(entry, record, name, DEAD_LETTERED)
+        self._side_effects(record, subject, key, name)
 
     def _append(
         self,
@@ -323,13 +335,13 @@ class Audit(_Fold):
                 )
             )
 
-    def _state_of(self, task_id: str, event: str, previous: str | None) -> str:
+    def _state_of(self, task_id: str, event: Event, previous: str | None) -> str:
         task = self.folder.tasks.get(task_id)
         if task is not None:
             return status_of(task, self._instant())
-        if task_id in self.folder.dlq:
-            return DEAD_LETTERED
-        return _ENDINGS.get(event) or previous or COMPLETED
+        if task_id in self.folder.dlq or type(event) is Purged:
+            return DEAD_LETTERED  # purged from the DLQ: it still ended as a failure
+        return _ending(self.folder.delta.counted, task_id) or previous or COMPLETED
 
     def _side_effects(
         self, record: Mapping[str, Any], subject: str, key: str | None, event: str
@@ -368,40 +380,43 @@ class Summary(_Fold):
 
     def __init__(self, *, now: float | None = None) -> None:
         super().__init__(now)
-        self.bulk = BulkFolder()
+        self.counted: list[tuple[str, Event]] = []
+        self.bulk = BulkFolder(on_count=lambda metric, event: self.counted.append((metric, event)))
 
     def add(self, record: Mapping[str, Any]) -> None:
         self._tick(record)
-        invalid = self.bulk.invalid
-        self.bulk.feed((record,))
-        subject = _subject(record)
-        if self.bulk.invalid > invalid:
+        event = decode(record)
+        self.counted.clear()
+        self.bulk.feed_events((event,))
+        subject = _subject(event)
+        if type(event) is Unusable:
             self._problem(record, subject, UNUSABLE)
         elif subject is not None:
-            self._note(record, subject)
+            self._note(event, subject)
 
     def finish(self, now: float | None = None) -> History:
         """The figures with final states as of ``now`` (default: the last ``ts``)."""
         return self._settle(self.bulk.finish(), now)
 
-    def _note(self, record: Mapping[str, Any], subject: str) -> None:
-        event = _event_name(record)
-        history = self._opened(record, subject, event)
+    def _note(self, event: Event, subject: str) -> None:
+        name = ev.event_name(event)
+        record = event.record
+        history = self._opened(event, subject)
         if history is None:
             return
         entry = self.bulk.live.get(subject)
         if entry is not None:
             state = PENDING  # a placeholder: live tasks get their state in finish()
-        elif subject in self.bulk.dlq:
+        elif subject in self.bulk.dlq or type(event) is Purged:
             state = DEAD_LETTERED
         else:
-            state = _ENDINGS.get(event) or history.state or COMPLETED
-        tally(history, record, event, state, entry.attempt if entry else 0)
-        key = _dlq_key(record, subject)
-        if event == ev.DEAD_LETTERED and key is not None and key != subject:
+            state = _ending(self.counted, subject) or history.state or COMPLETED
+        tally(history, record, name, state, entry.attempt if entry else 0)
+        key = event.key if type(event) is DeadLettered else None
+        if key is not None and key != subject:
             live = self.bulk.live.get(key)
             keyed = self.tasks.setdefault(key, TaskHistory(key))
-            tally(keyed, record, event, DEAD_LETTERED, live.attempt if live else 0)
+            tally(keyed, record, name, DEAD_LETTERED, live.attempt if live else 0)
 
 
 def summarize(records: Iterable[Mapping[str, Any]], now: float | None = None) -> History:

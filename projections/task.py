@@ -15,7 +15,7 @@ from typing import Any, Final
 from pyrsistent import pmap
 
 from snerd.errors import EventError
-from snerd.projections import events as ev
+from snerd.projections import fields as ev
 from snerd.projections.schedule import format_instant, parse_instant
 
 # Phases of a live task inside the projection.
@@ -174,6 +174,17 @@ def require_ids(record: Mapping[str, Any]) -> tuple[str, str]:
         raise EventError(f"{ev.F_TASK_ID} must be a non-empty string")
     if type(task_type) is not str:
         raise EventError(f"{ev.F_TASK_TYPE} must be a string (task {task_id})")
+    return task_id, task_type
+
+
+def require_ids_or_none(record: Mapping[str, Any]) -> tuple[str, str] | str:
+    """(taskId, taskType) of a full-state line, else why it is unusable (never raises)."""
+    task_id = record.get(ev.F_TASK_ID)
+    if type(task_id) is not str or not task_id:
+        return f"{ev.F_TASK_ID} must be a non-empty string"
+    task_type = record.get(ev.F_TASK_TYPE)
+    if type(task_type) is not str:
+        return f"{ev.F_TASK_TYPE} must be a string (task {task_id})"
     return task_id, task_type
 
 

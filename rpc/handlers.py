@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher import info
 from snerd.dispatcher.engine import Engine
 from snerd.errors import LogError
+from snerd.projections import decide as cmds
 from snerd.projections.views.tasks import task_view
 from snerd.rpc import protocol as p
 from snerd.rpc.output import Output

@@ -10,6 +10,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar, Final, TypeAlias
 
 from snerd.errors import ProtocolError
+from snerd.projections import commands as core
 
 MAX_LINE_BYTES: Final = 1 << 20
 """Longest accepted inbound line in bytes, not counting the line terminator."""
@@ -19,7 +20,7 @@ MAX_DEPTH: Final = 64
 itself is level 1). Deeper input is refused before anything else reads it, so no later
 encoder (the log's, a webhook's) can meet a value it cannot write."""
 
-DEFAULT_MAX_RETRIES: Final = 3
+DEFAULT_MAX_RETRIES: Final = core.DEFAULT_MAX_RETRIES
 
 RequestId: TypeAlias = str | int
 
@@ -74,26 +75,10 @@ class Register:
 
 
 @dataclass(frozen=True, slots=True)
-class Enqueue:
-    """Add a task. Times are epoch seconds (UTC); ``task_data`` is JSON text."""
+class Enqueue(core.Enqueue):
+    """The ``enqueue`` message: the core command plus its ``request_id``."""
 
     action: ClassVar[str] = "enqueue"
-    task_id: str
-    task_type: str
-    _: KW_ONLY
-    task_data: str = "null"
-    max_retries: int = DEFAULT_MAX_RETRIES
-    retry_after_hours: float = 0.0
-    auto_dedupe: bool = False
-    urgency_score: float = 0.0
-    rate_limit_group: str | None = None
-    max_per_minute: int | None = None
-    execute_at: float | None = None
-    cron: str | None = None
-    webhook_url: str | None = None
-    max_execution_seconds: float | None = None
-    pool: str | None = None
-    trigger_after_ids: tuple[str, ...] = ()
     request_id: RequestId | None = None
 
 

@@ -14,7 +14,7 @@ __all__ = ["Client", "Queue", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "Queue":
-        from snerd.dispatcher.embedded import Queue
+        from snerd.embedded import Queue
 
         return Queue
     if name == "Client":

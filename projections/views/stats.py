@@ -4,12 +4,12 @@
 dashboard's ``/api/stats`` carry about the queue now (the caller gathers the daemon's
 and the log's figures and passes them in: a view reads no engine).
 
-Metrics count events, not tasks (:data:`METRICS`): ``enqueued``, ``started`` (claims),
-``completed`` (successes, a cron occurrence's included), ``failed_attempts`` (every
-attempt that failed, whether it retries or dead-letters), ``dead_lettered`` and
-``cancelled``. "failed" alone is no key of ours; the SnerdMQ SDK dashboards' ``failed``
-(in :func:`sdk_totals`) is their count of tasks that ended as failures, i.e. our
-``dead_lettered``.
+Metrics count events, not tasks (:data:`METRICS`, bumped by evolve): ``enqueued``,
+``started`` (claims that start an attempt), ``completed`` (successes, a cron
+occurrence's included), ``failed_attempts`` (every attempt that failed, whether it
+retries or dead-letters), ``dead_lettered`` and ``cancelled``. "failed" alone is no key
+of ours; the SnerdMQ SDK dashboards' ``failed`` (in :func:`sdk_totals`) is their count
+of tasks that ended as failures, i.e. our ``dead_lettered``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from snerd.projections import events as ev
+from snerd.projections import evolve
+from snerd.projections.events import Event
 from snerd.projections.rates import RATE_WINDOW_SECONDS, window_slot_free_at
+from snerd.projections.replay import BulkFolder
 from snerd.projections.schedule import format_instant
 from snerd.projections.state import QueueState
 from snerd.projections.task import Task
@@ -106,62 +108,31 @@ def rate_groups(state: QueueState, now: float) -> list[dict[str, Any]]:
     return out
 
 
-# --- metrics: events counted -------------------------------------------------------------
+# --- metrics: events counted ---------------------------------------------------------
 
-ENQUEUED: Final = "enqueued"
-STARTED: Final = "started"
-COMPLETED: Final = "completed"
-FAILED_ATTEMPTS: Final = "failed_attempts"
-DEAD_LETTERED: Final = "dead_lettered"
-CANCELLED: Final = "cancelled"
-
-METRICS: Final = (ENQUEUED, STARTED, COMPLETED, FAILED_ATTEMPTS, DEAD_LETTERED, CANCELLED)
-
-_METRIC_OF: Final[Mapping[str, str]] = {
-    ev.ENQUEUED: ENQUEUED,
-    ev.CLAIMED: STARTED,
-    ev.SUCCEEDED: COMPLETED,
-    ev.RETRY_SCHEDULED: FAILED_ATTEMPTS,
-    ev.DEAD_LETTERED: DEAD_LETTERED,
-    ev.CANCELLED: CANCELLED,
-}
+METRICS: Final = evolve.METRICS
+"""What each event counts as is written in :mod:`snerd.projections.evolve` (the one place
+an event's meaning is written); the words are ``enqueued``, ``started``, ``completed``,
+``failed_attempts``, ``dead_lettered``, ``cancelled``."""
 
 
-def metrics_of(records: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(metric, record) for every countable record, in order (a stream or one batch).
-
-    A failed attempt counts whether it retries or dead-letters (a child failed through
-    by its parent made no attempt). A cron task's ``rescheduled`` counts as
-    ``completed``, except the one that follows a dead-lettered occurrence (the schedule
-    only moved on; the engine appends both together). Compaction's snapshot lines
-    restate history: not counted.
-    """
-    dead: set[Any] = set()  # cron tasks whose dead-lettered occurrence awaits its reschedule
+def counted(records: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Event]]:
+    """(metric, event) for every counter evolve bumps over ``records``, in order: the
+    history the live fold's delta (``delta.counted``) would have reported, read by a
+    bulk fold (memory proportional to live tasks)."""
+    heard: list[tuple[str, Event]] = []
+    folder = BulkFolder(on_count=lambda metric, event: heard.append((metric, event)))
     for record in records:
-        event = record.get(ev.F_EVENT)
-        if record.get(ev.F_COMPACTED) or not isinstance(event, str):
-            continue
-        if event == ev.RESCHEDULED:
-            task_id = record.get(ev.F_TASK_ID)
-            if task_id in dead:
-                dead.discard(task_id)
-            else:
-                yield COMPLETED, record
-            continue
-        metric = _METRIC_OF.get(event)
-        if metric is None:
-            continue
-        if event == ev.DEAD_LETTERED:
-            dead.add(record.get(ev.F_TASK_ID))
-            if record.get(ev.F_REASON) != ev.REASON_FAILED_PARENT:
-                yield FAILED_ATTEMPTS, record
-        yield metric, record
+        folder.feed((record,))
+        if heard:
+            yield from heard
+            heard.clear()
 
 
 def metric_totals(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Every metric's count over ``records`` (e.g. the whole stored history)."""
     totals = dict.fromkeys(METRICS, 0)
-    for metric, _ in metrics_of(records):
+    for metric, _ in counted(records):
         totals[metric] += 1
     return totals
 
@@ -170,7 +141,7 @@ def sdk_totals(totals: Mapping[str, int]) -> dict[str, int]:
     """The SnerdMQ SDK dashboards' ``enqueued``/``processed``/``failed`` from our
     metric totals (their ``failed``: tasks that ended as failures, our dead letters)."""
     return {
-        "enqueued": totals.get(ENQUEUED, 0),
-        "processed": totals.get(COMPLETED, 0),
-        "failed": totals.get(DEAD_LETTERED, 0),
+        "enqueued": totals.get(evolve.ENQUEUED, 0),
+        "processed": totals.get(evolve.COMPLETED, 0),
+        "failed": totals.get(evolve.DEAD_LETTERED, 0),
     }

@@ -33,11 +33,11 @@ import orjson
 from aiohttp import web
 
 from snerd.dashboard.monitor import Monitor
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher import info
 from snerd.dispatcher.engine import Engine
 from snerd.errors import ProtocolError, SnerdError
 from snerd.eventlog import FileLog, SkippedLine, iter_history
+from snerd.projections import decide as cmds
 from snerd.projections import events as ev
 from snerd.projections.views import dag as dags
 from snerd.projections.views import stats as figures

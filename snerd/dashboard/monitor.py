@@ -18,8 +18,10 @@ from typing import Any
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
+from snerd.projections import evolve
 from snerd.projections.delta import Delta
-from snerd.projections.views.stats import METRICS, metrics_of
+from snerd.projections.events import Event
+from snerd.projections.views.stats import counted as views_counted
 
 MINUTES = 15
 """How many minutes of throughput are kept and shown."""
@@ -27,8 +29,16 @@ RECENT_FINISHED = 500
 RECENT_TASKS = 500
 EVENTS_PER_TASK = 50
 
+METRICS = evolve.METRICS
+"""The counters, bumped by ``projections.evolve`` (the one place that says what an event
+counts as): a failed attempt counts as ``failed_attempts`` whether it retries or
+dead-letters; a cron task's next occurrence counts as ``completed`` unless its current one
+was dead-lettered; a claim counts as ``started`` only when it starts an attempt."""
+
 Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
 """Called with (changed task ids, progress items, reset) after every observed fold."""
+
+Counted = Sequence[tuple[str, Event]]
 
 
 def _seq(record: Mapping[str, Any]) -> int | None:
@@ -46,16 +56,15 @@ class Figures:
         default_factory=collections.OrderedDict
     )
 
-    def count(self, records: Sequence[Mapping[str, Any]], keep_after_minute: int) -> None:
-        for metric, record in metrics_of(records):
+    def count(self, counted: Counted, keep_after_minute: int) -> None:
+        for metric, event in counted:
             self.totals[metric] += 1
-            ts = record.get(ev.F_TS)
-            if isinstance(ts, int | float) and not isinstance(ts, bool):
-                minute = int(ts // 60_000)
+            if event.ts is not None:
+                minute = int(event.ts // 60)
                 if minute > keep_after_minute:
                     self.minutes.setdefault(minute, collections.Counter())[metric] += 1
-        for record in records:
-            self.note_end(record)
+            if metric in (evolve.COMPLETED, evolve.CANCELLED) or metric == evolve.ENQUEUED:
+                self.note_end(event.record)
 
     def note_end(self, record: Mapping[str, Any]) -> None:
         """Remember a completed/cancelled task; forget it when its id comes back."""
@@ -79,21 +88,23 @@ class Figures:
 
 
 def scan(items: Iterable[Record | SkippedLine], *, upto_seq: int, now: float) -> Figures:
-    """The figures of every stored record with ``seq <= upto_seq`` (blocking: a thread)."""
+    """The figures of every stored record with ``seq <= upto_seq`` (blocking: a thread),
+    counted by the same ``evolve`` as the live fold (through a bulk fold,
+    :func:`snerd.projections.views.stats.counted`)."""
     figures = Figures()
     keep_after = int(now // 60) - MINUTES
-    batch: list[Record] = []
-    for item in items:
-        if isinstance(item, SkippedLine):
-            continue
-        seq = _seq(item)
-        if seq is None or seq > upto_seq:
-            continue
-        batch.append(item)
-        if len(batch) >= 4096 and item.get(ev.F_EVENT) != ev.DEAD_LETTERED:
-            figures.count(batch, keep_after)
-            batch = []
-    figures.count(batch, keep_after)
+    counted: list[tuple[str, Event]] = []
+    records = (
+        item for item in items
+        if not isinstance(item, SkippedLine) and ((seq := _seq(item)) is None or seq <= upto_seq)
+    )  # fmt: skip
+    for metric, event in views_counted(records):
+        if event.seq is not None and event.seq <= upto_seq:
+            counted.append((metric, event))
+        if len(counted) >= 4096:
+            figures.count(counted, keep_after)
+            counted.clear()
+    figures.count(counted, keep_after)
     return figures
 
 
@@ -115,8 +126,10 @@ class Monitor:
     def observe(self, records: Sequence[Record], delta: Delta) -> None:
         fresh = [r for r in records if (s := _seq(r)) is not None and s > self.watermark]
         if fresh:
+            watermark = self.watermark
             self.watermark = max(_seq(r) or 0 for r in fresh)
-            self.figures.count(fresh, self._keep_after())
+            counted = [(m, e) for m, e in delta.counted if e.seq is not None and e.seq > watermark]
+            self.figures.count(counted, self._keep_after())
             self._remember(fresh)
         changed = _changed_ids(records, delta)
         for listener in list(self.listeners):

@@ -84,8 +84,8 @@ def enqueue(
     The storage directory is created if needed. Exit 1 when the queue refuses the task
     (its id is live or dead-lettered), 2 when an option is invalid.
     """
-    from snerd.dispatcher import commands as cmds
     from snerd.errors import ProtocolError
+    from snerd.projections import decide as cmds
     from snerd.rpc.protocol import parse_message
 
     task_id = task_id or f"{task_type}-{uuid.uuid4().hex[:12]}"

@@ -32,7 +32,7 @@ def load(storage: Path) -> Snapshot:
     """Fold the live log of an existing storage (exit 1 when there is none)."""
     from snerd.eventlog.base import SkippedLine
     from snerd.eventlog.history import read_records
-    from snerd.projections.replay import bulk_fold
+    from snerd.projections import bulk_fold
 
     storage = kit.existing_storage(storage)
     skipped = 0

@@ -28,10 +28,10 @@ from typing import Any
 
 from aiohttp import web
 
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.eventlog.base import Record
 from snerd.eventlog.filelog import FileLog
+from snerd.projections import decide as cmds
 from snerd.projections.state import QueueState, empty, fold
 from snerd.rpc.protocol import Enqueue, parse_message
 

@@ -109,7 +109,7 @@ async def test_in_memory_engine_has_history_from_what_it_observed():
 
 
 async def test_timeline_shows_a_child_unblocked_by_its_parent(client, engine):
-    from snerd.dispatcher import commands as cmds
+    from snerd.projections import decide as cmds
 
     done = cmds.succeed(engine.state.tasks["fetch-b"], now=engine.clock.now(), daemon="worker-1")
     await engine.log.append(done)

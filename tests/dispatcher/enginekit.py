@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -72,11 +73,14 @@ class Harness:
 
 
 async def settle(engine: Engine, condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait (event-driven, bounded) until ``condition()`` holds."""
+    """Wait (event-driven, bounded) until ``condition()`` holds. The condition may read
+    other engines too (whose folds don't set this one's event): look again at least
+    every 10 ms of real time."""
 
     async def wait() -> None:
         while not condition():
             engine.changed.clear()
-            await engine.changed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(engine.changed.wait(), 0.01)
 
     await asyncio.wait_for(wait(), timeout)

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from embeddedkit import T0, MakeQueue
 
 from snerd.dispatcher.clock import ManualClock
-from snerd.dispatcher.embedded import Queue
+from snerd.embedded import Queue
 from snerd.eventlog import MemoryLog, MemoryStore
 
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from snerd.dispatcher.embedded import Queue
+from snerd.embedded import Queue
 from snerd.eventlog import MemoryStore
 
 T0 = 1_700_000_000.0

@@ -11,10 +11,10 @@ import pytest
 from embeddedkit import T0, WAIT, MakeQueue, records
 
 import snerd
-from snerd.dispatcher import embedded
+from snerd import embedded
 from snerd.dispatcher.clock import ManualClock
-from snerd.dispatcher.embedded import Queue
 from snerd.dispatcher.executors import Job
+from snerd.embedded import Queue
 from snerd.errors import DispatchError, ProtocolError
 from snerd.eventlog import MemoryStore
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from embeddedkit import WAIT
 
-from snerd.dispatcher.embedded import Queue
 from snerd.dispatcher.executors import Job
+from snerd.embedded import Queue
 from snerd.rpc.client import Client, RemoteDispatchError
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))

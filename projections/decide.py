@@ -1,8 +1,10 @@
-"""Commands -> events: pure functions that decide which records a command appends.
+"""Decide: ``decide(state, command, now, daemon) -> Decision`` (events, or a refusal).
 
-Each runs under the log lock against the caught-up state (see ``EventLog.transact``),
-so what it checks (a live id, a free fingerprint, an unclaimed task) still holds
-when its records land. Events are past-tense facts; these functions are imperative.
+Pure. The engine runs it under the log lock against the caught-up state (see
+``EventLog.transact``), so what it checks (a live id, a free fingerprint, an
+unclaimed task) still holds when its events land. Commands are imperative
+(``projections/commands.py``); events are past-tense facts (``projections/events.py``,
+which also holds the one encoder of each event's record).
 """
 
 from __future__ import annotations
@@ -14,11 +16,24 @@ import xxhash
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
+from snerd.projections import queries
+from snerd.projections.commands import (
+    Cancel,
+    Claim,
+    Command,
+    Enqueue,
+    FailThrough,
+    Finish,
+    Purge,
+    Release,
+    ReportProgress,
+    Requeue,
+)
+from snerd.projections.events import Event, decode
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
-from snerd.projections.state import QueueState
+from snerd.projections.state import QueueState, advance
 from snerd.projections.task import Task, task_to_record
-from snerd.rpc.protocol import Enqueue
 
 Record = dict[str, Any]
 
@@ -287,3 +302,100 @@ def purge(
     if key not in state.dlq:
         return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
     return [_event(ev.PURGED, now, daemon, **{ev.F_DLQ_KEY: key, ev.F_TASK_ID: key})], None
+
+
+# --- the decider ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a command decided: the events to append (typed, each with the record that
+    encodes it) and the outcome for the caller (None, a refusal, a dedupe verdict, or
+    for a claim the claimed tasks with their attempt numbers)."""
+
+    events: tuple[Event, ...] = ()
+    outcome: Any = None
+
+    @property
+    def records(self) -> list[Record]:
+        return [dict(event.record) for event in self.events]
+
+
+def _decided(records: list[Record], outcome: Any = None) -> Decision:
+    return Decision(tuple(decode(r) for r in records), outcome)
+
+
+def owns(task: Task, daemon: str, attempt: int) -> bool:
+    """Whether ``daemon`` holds the claim on the task's ``attempt``."""
+    claim = task.claim
+    return claim is not None and claim.daemon == daemon and claim.attempt == attempt
+
+
+def decide(state: QueueState, command: Command, *, now: float, daemon: str) -> Decision:
+    """The events ``command`` appends to a log whose state is ``state``, or why none."""
+    if isinstance(command, Enqueue):
+        try:
+            records, outcome = enqueue(state, command, now=now, daemon=daemon)
+        except EventError as exc:  # e.g. a cron with no fire time after now
+            field = "cron" if command.cron else None
+            return Decision((), Refusal("invalid_field", str(exc), field))
+        return _decided(records, outcome)
+    if isinstance(command, Finish):
+        return _finish(state, command, now=now, daemon=daemon)
+    if isinstance(command, ReportProgress):
+        task = state.tasks.get(command.task_id)
+        if task is None or not owns(task, daemon, command.attempt):
+            message = f"task {command.task_id!r} is not running here"
+            return Decision((), Refusal("not_active", message))
+        record = progress(task, command.data, now=now, daemon=daemon)
+        return _decided([record])
+    if isinstance(command, Claim):
+        return _claim(state, command, now=now, daemon=daemon)
+    if isinstance(command, Release):
+        out = []
+        for task_id, attempt in command.attempts:
+            task = state.tasks.get(task_id)
+            if task is not None and task.claim is not None and task.claim.attempt == attempt:
+                out.append(release(task, reason=command.reason, now=now, daemon=daemon))
+        return _decided(out)
+    if isinstance(command, FailThrough):
+        failed = [p for p in command.parents if p in state.dlq]
+        return _decided(fail_through(state, failed, now=now, daemon=daemon))
+    if isinstance(command, Cancel):
+        return _decided(*cancel(state, command.task_id, now=now, daemon=daemon))
+    if isinstance(command, Requeue):
+        return _decided(*requeue(state, command.key, now=now, daemon=daemon))
+    if isinstance(command, Purge):
+        return _decided(*purge(state, command.key, now=now, daemon=daemon))
+    raise TypeError(f"not a command: {command!r}")
+
+
+def _finish(state: QueueState, command: Finish, *, now: float, daemon: str) -> Decision:
+    task = state.tasks.get(command.task_id)
+    if task is None or not owns(task, daemon, command.attempt):
+        return Decision((), Refusal("not_active", f"the claim on {command.task_id!r} was lost"))
+    if command.success:
+        return _decided(succeed(task, now=now, daemon=daemon))
+    records, _ = fail(state, task, command.error or "task failed", now=now, daemon=daemon,
+                      reason=command.reason)  # fmt: skip
+    return _decided(records)
+
+
+def _claim(state: QueueState, command: Claim, *, now: float, daemon: str) -> Decision:
+    """Claims of the proposed tasks that are still runnable in the caught-up state, in
+    dispatch order, with every rate window still respected (other daemons may have
+    claimed since the plan was made)."""
+    proposed = set(command.task_ids)
+    runnable = queries.pick_many(advance(state, now)[0], now, lambda t: t.id in proposed,
+                                 len(proposed))  # fmt: skip
+    records = []
+    claimed: list[tuple[Task, int]] = []
+    for task in runnable:
+        if task.max_execution_seconds:
+            lease = task.max_execution_seconds + command.timeout_grace + 5.0
+        else:
+            lease = command.lease_seconds
+        record = claim(task, now=now, daemon=daemon, lease_seconds=lease)
+        records.append(record)
+        claimed.append((task, record[ev.F_ATTEMPT]))
+    return _decided(records, claimed)

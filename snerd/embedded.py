@@ -21,7 +21,6 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from snerd.dispatcher import commands as cmds
 from snerd.dispatcher import info
 from snerd.dispatcher.clock import Clock
 from snerd.dispatcher.engine import Engine, EngineConfig
@@ -32,6 +31,7 @@ from snerd.errors import DispatchError
 from snerd.eventlog.base import EventLog, Record
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.liveness import Liveness
+from snerd.projections import decide as cmds
 from snerd.projections.views.tasks import task_view
 from snerd.rpc.protocol import Enqueue, parse_message
 

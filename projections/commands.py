@@ -1,0 +1,108 @@
+"""Commands: what a caller asks of the queue, as core types (no wire format here).
+
+``decide(state, command, now)`` (``projections/decide.py``) turns each into events or a
+refusal. ``rpc/`` maps JSON lines to these; the embedded API, the dashboard and the
+CLI build them directly. Times are epoch seconds (UTC).
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Final
+
+from snerd.projections.fields import REASON_MAX_RETRIES
+
+DEFAULT_MAX_RETRIES: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """Add a task. ``task_data`` is JSON text."""
+
+    task_id: str
+    task_type: str
+    _: KW_ONLY
+    task_data: str = "null"
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_after_hours: float = 0.0
+    auto_dedupe: bool = False
+    urgency_score: float = 0.0
+    rate_limit_group: str | None = None
+    max_per_minute: int | None = None
+    execute_at: float | None = None
+    cron: str | None = None
+    webhook_url: str | None = None
+    max_execution_seconds: float | None = None
+    pool: str | None = None
+    trigger_after_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The outcome of ``daemon``'s running ``attempt`` of a task."""
+
+    task_id: str
+    attempt: int
+    success: bool
+    _: KW_ONLY
+    error: str | None = None
+    reason: str = REASON_MAX_RETRIES
+
+
+@dataclass(frozen=True, slots=True)
+class ReportProgress:
+    """Progress (any JSON value) of ``daemon``'s running ``attempt`` of a task."""
+
+    task_id: str
+    attempt: int
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Drop a waiting task (pending, scheduled or blocked); a running one is refused."""
+
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Move a dead-lettered task (by DLQ key) back to the queue, retries restored."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """Delete a dead-letter entry for good."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Claim the next attempt of each task (a plan's proposal, checked under the lock)."""
+
+    task_ids: tuple[str, ...]
+    lease_seconds: float = 3600.0
+    timeout_grace: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """End claims without an outcome: ``(task_id, attempt)`` pairs, and why."""
+
+    attempts: tuple[tuple[str, int], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailThrough:
+    """Dead-letter every task still waiting on these dead-lettered parents."""
+
+    parents: tuple[str, ...]
+
+
+Command = (
+    Enqueue | Finish | ReportProgress | Cancel | Requeue | Purge | Claim | Release | FailThrough
+)

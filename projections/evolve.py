@@ -1,0 +1,260 @@
+"""Evolve: the one place where each event's meaning is written.
+
+``evolve(state, event) -> (state, delta)`` is the decider's evolve. Every fold goes
+through the per-event rules below: the incremental fold the engine runs on each batch
+(:class:`~snerd.projections.apply.Folder`), the bulk replay at start-up and in
+``snerdmq replay`` (:class:`~snerd.projections.replay.BulkFolder`, which keeps plain
+dicts and decodes only the tasks still live at the end), the audit history and the
+dashboard's counters. The rules speak to a :class:`Tables` (the working copy of the
+task table, DLQ and rate windows); how a fold stores and indexes them is its own
+business, what an event *means* is written only here.
+
+A reader looking for where ``claimed`` or ``dead_lettered`` changes state: it is
+:func:`_claimed` and :func:`_dead_lettered`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Protocol
+
+from snerd.projections import events as ev
+from snerd.projections.delta import Delta
+from snerd.projections.events import (
+    Cancelled,
+    Claimed,
+    ClaimReleased,
+    DeadLettered,
+    Enqueued,
+    Event,
+    Progressed,
+    Purged,
+    RateWindow,
+    Requeued,
+    Rescheduled,
+    RetryScheduled,
+    SnapshotHeader,
+    StateLine,
+    Succeeded,
+    TaskStateEvent,
+    Unusable,
+)
+from snerd.projections.task import Claim
+
+# Counters (what the dashboard's throughput and metrics count), one word per outcome.
+ENQUEUED: Final = "enqueued"
+STARTED: Final = "started"
+COMPLETED: Final = "completed"
+FAILED_ATTEMPTS: Final = "failed_attempts"  # it retries or dead-letters: an event, not a state
+DEAD_LETTERED: Final = "dead_lettered"
+CANCELLED: Final = "cancelled"
+METRICS: Final = (ENQUEUED, STARTED, COMPLETED, FAILED_ATTEMPTS, DEAD_LETTERED, CANCELLED)
+
+
+class Entry(Protocol):
+    """What the rules read of a live task: its attempt count and its claim."""
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def claim(self) -> Claim | None: ...
+
+
+class Tables(Protocol):
+    """A fold's working copy, as the rules see it. ``n`` counts the records folded (the
+    FIFO order of a task written now); ``count`` hears every counter an event bumps."""
+
+    n: int
+    last_seq: int
+    invalid: int
+
+    def entry(self, task_id: str) -> Entry | None: ...
+
+    def upsert(self, event: TaskStateEvent, attempt: int) -> None: ...
+
+    def remove(self, task_id: str) -> None: ...
+
+    def dead_letter(self, event: DeadLettered | StateLine, key: str, reason: str,
+                    at: float | None, attempt: int) -> None: ...  # fmt: skip
+
+    def drop_dead(self, key: str) -> None: ...
+
+    def claim(self, task_id: str, claim: Claim) -> None: ...
+
+    def progress(self, task_id: str, data: Any) -> None: ...
+
+    def release(self, task_id: str) -> None: ...
+
+    def window_add(self, group: str, times: tuple[float, ...]) -> None: ...
+
+    def count(self, metric: str, event: Event) -> None: ...
+
+
+# --- the rules --------------------------------------------------------------------------
+
+
+def _upserted(t: Tables, e: TaskStateEvent) -> None:
+    """A full-state line: the task's latest state. Attempts only ever grow."""
+    old = t.entry(e.task_id)
+    t.upsert(e, max(e.attempt, old.attempt) if old is not None else e.attempt)
+
+
+def _enqueued(t: Tables, e: Enqueued) -> None:
+    if not e.compacted:
+        t.count(ENQUEUED, e)
+    _upserted(t, e)
+
+
+def _retry_scheduled(t: Tables, e: RetryScheduled) -> None:
+    t.count(FAILED_ATTEMPTS, e)
+    _upserted(t, e)
+
+
+def _rescheduled(t: Tables, e: Rescheduled) -> None:
+    # A cron task's next occurrence. It completed the current one unless that one was
+    # just dead-lettered (which took the task out of the live table first).
+    if t.entry(e.task_id) is not None:
+        t.count(COMPLETED, e)
+    _upserted(t, e)
+
+
+def _requeued(t: Tables, e: Requeued) -> None:
+    t.drop_dead(e.key)
+    _upserted(t, e)
+
+
+def _state_line(t: Tables, e: StateLine) -> None:
+    """SnerdMQ's own line: an upsert; with ``deletedAt`` an end, a dead letter when it
+    still carries an error with its retries spent (SnerdMQ writes no reason)."""
+    if not e.deleted:
+        _upserted(t, e)
+        return
+    task = e.task(0)
+    if task.last_error and task.retry_count >= task.max_retries:
+        t.count(FAILED_ATTEMPTS, e)
+        t.count(DEAD_LETTERED, e)
+        old = t.entry(e.task_id)
+        t.dead_letter(e, e.task_id, ev.REASON_MAX_RETRIES, None, old.attempt if old else 0)
+    else:
+        t.count(COMPLETED, e)
+        t.remove(e.task_id)
+
+
+def _succeeded(t: Tables, e: Succeeded) -> None:
+    t.count(COMPLETED, e)
+    t.remove(e.task_id)
+
+
+def _cancelled(t: Tables, e: Cancelled) -> None:
+    t.count(CANCELLED, e)
+    t.remove(e.task_id)
+
+
+def _dead_lettered(t: Tables, e: DeadLettered) -> None:
+    """Into the DLQ under its key; the task leaves the live table (a cron task comes
+    back with the ``rescheduled`` that follows)."""
+    if e.reason != ev.REASON_FAILED_PARENT:
+        t.count(FAILED_ATTEMPTS, e)
+    t.count(DEAD_LETTERED, e)
+    old = t.entry(e.task_id)
+    attempt = max(e.attempt, old.attempt) if old is not None else e.attempt
+    t.dead_letter(e, e.key, e.reason, e.ts, attempt)
+
+
+def _claimed(t: Tables, e: Claimed) -> None:
+    """An attempt starts. Only a claim that names its group and time fills a rate
+    window; a claim of a task already running (or gone) changes nothing else."""
+    if e.group and e.ts is not None:
+        t.window_add(e.group, (e.ts,))
+    old = t.entry(e.task_id)
+    if old is None or old.claim is not None:
+        return
+    t.count(STARTED, e)
+    attempt = old.attempt + 1 if e.attempt is None else e.attempt
+    t.claim(e.task_id, Claim(e.daemon, attempt, e.ts or 0.0, e.lease_until))
+
+
+def _progressed(t: Tables, e: Progressed) -> None:
+    """Progress of the running attempt; late progress of an earlier attempt is dropped."""
+    old = t.entry(e.task_id)
+    if old is None or old.claim is None:
+        return
+    if e.attempt is not None and e.attempt != old.claim.attempt:
+        return
+    t.progress(e.task_id, e.data)
+
+
+def _released(t: Tables, e: ClaimReleased) -> None:
+    """The claim on that attempt ends without an outcome: the task queues again (no
+    retry counted), behind what was enqueued meanwhile."""
+    old = t.entry(e.task_id)
+    if old is None or old.claim is None:
+        return
+    if e.attempt is not None and e.attempt != old.claim.attempt:
+        return
+    t.release(e.task_id)
+
+
+def _purged(t: Tables, e: Purged) -> None:
+    t.drop_dead(e.key)
+
+
+def _rate_window(t: Tables, e: RateWindow) -> None:
+    t.window_add(e.group, e.times)
+
+
+def _nothing(t: Tables, e: Event) -> None:
+    return None
+
+
+def _unusable(t: Tables, e: Event) -> None:
+    t.invalid += 1
+
+
+RULES: Final[dict[type, Callable[[Any, Any], None]]] = {
+    Enqueued: _enqueued,
+    RetryScheduled: _retry_scheduled,
+    Rescheduled: _rescheduled,
+    Requeued: _requeued,
+    StateLine: _state_line,
+    Succeeded: _succeeded,
+    Cancelled: _cancelled,
+    DeadLettered: _dead_lettered,
+    Claimed: _claimed,
+    Progressed: _progressed,
+    ClaimReleased: _released,
+    Purged: _purged,
+    RateWindow: _rate_window,
+    SnapshotHeader: _nothing,
+    Unusable: _unusable,
+}
+"""The rule of each event type (every type has exactly one)."""
+
+
+def step(t: Tables, event: Event) -> None:
+    """Fold one event into ``t``: count it, note its seq, apply its rule."""
+    t.n += 1
+    seq = event.seq
+    if seq is not None and seq > t.last_seq:
+        t.last_seq = seq
+    RULES[type(event)](t, event)
+
+
+def step_all(t: Tables, events: Iterable[Event]) -> None:
+    rules = RULES
+    for event in events:
+        t.n += 1
+        seq = event.seq
+        if seq is not None and seq > t.last_seq:
+            t.last_seq = seq
+        rules[type(event)](t, event)
+
+
+def evolve(state: Any, event: Event) -> tuple[Any, Delta]:
+    """The state after ``event``, and what changed (pure; see :func:`state.fold`)."""
+    from snerd.projections.apply import Folder
+
+    folder = Folder(state)
+    step(folder, event)
+    return folder.finish()

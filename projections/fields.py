@@ -1,0 +1,129 @@
+"""Event names and the field names of a log record (no behaviour: see ``events``).
+
+Task fields use SnerdMQ's camelCase names so SnerdMQ's own tools read our logs; the
+fields that are ours (event, seq, ts, daemon, attempt, ...) are listed apart. A record
+without ``event`` is a SnerdMQ state line and replays as an upsert.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- event types (past tense: facts that happened) -------------------------------
+
+ENQUEUED: Final = "enqueued"
+CLAIMED: Final = "claimed"
+PROGRESSED: Final = "progress"
+SUCCEEDED: Final = "succeeded"
+RETRY_SCHEDULED: Final = "retry_scheduled"
+DEAD_LETTERED: Final = "dead_lettered"
+RESCHEDULED: Final = "rescheduled"
+CANCELLED: Final = "cancelled"
+REQUEUED: Final = "requeued"
+CLAIM_RELEASED: Final = "claim_released"
+PURGED: Final = "purged"
+RATE_WINDOW: Final = "rate_window"
+SNAPSHOT: Final = "snapshot"
+
+FULL_STATE_EVENTS: Final = frozenset(
+    {ENQUEUED, SUCCEEDED, RETRY_SCHEDULED, DEAD_LETTERED, RESCHEDULED, CANCELLED, REQUEUED}
+)
+"""Events that carry the task's whole latest state (SnerdMQ readers upsert them)."""
+
+LIGHT_EVENTS: Final = frozenset({CLAIMED, PROGRESSED, CLAIM_RELEASED, PURGED, RATE_WINDOW})
+"""Events that carry only what they change."""
+
+ALL_EVENTS: Final = FULL_STATE_EVENTS | LIGHT_EVENTS | {SNAPSHOT}
+
+# --- reasons ----------------------------------------------------------------------
+
+REASON_MAX_RETRIES: Final = "retries_exhausted"
+REASON_FAILED_PARENT: Final = "blocked_by_failed_parent"
+REASON_TIMEOUT: Final = "timeout"
+REASON_OWNER_DIED: Final = "owner_died"
+REASON_LEASE_EXPIRED: Final = "lease_expired"
+REASON_DRAIN: Final = "drain"
+
+# --- our fields -------------------------------------------------------------------
+
+F_EVENT: Final = "event"
+F_SEQ: Final = "seq"
+F_TS: Final = "ts"  # milliseconds since the Unix epoch, integer
+F_DAEMON: Final = "daemon"
+F_ATTEMPT: Final = "attempt"
+F_REASON: Final = "reason"
+F_LEASE_UNTIL: Final = "leaseUntil"  # milliseconds since the Unix epoch
+F_DATA: Final = "data"  # progress payload
+F_DLQ_KEY: Final = "dlqKey"
+F_GROUP: Final = "group"
+F_TIMES: Final = "times"
+F_COMPACTED: Final = "compacted"  # a snapshot line written by compaction
+
+# --- SnerdMQ task fields -----------------------------------------------------------
+
+F_TASK_ID: Final = "taskId"
+F_TASK_TYPE: Final = "taskType"
+F_TASK_DATA: Final = "taskData"
+F_RETRY_COUNT: Final = "retryCount"
+F_MAX_RETRIES: Final = "maxRetries"
+F_RETRY_AFTER_HOURS: Final = "retryAfterHours"
+F_RETRY_AFTER_TIME: Final = "retryAfterTime"
+F_EXECUTE_AT: Final = "executeAt"
+F_DELETED_AT: Final = "deletedAt"
+F_URGENCY: Final = "urgencyScore"
+F_RATE_GROUP: Final = "rateLimitGroup"
+F_MAX_PER_MINUTE: Final = "maxPerMinute"
+F_AUTO_DEDUPE: Final = "autoDedupe"
+F_FINGERPRINT: Final = "payloadHash"  # SnerdMQ's name: xxh64(type + data), hex
+F_CRON: Final = "cronExpression"
+F_WEBHOOK_URL: Final = "webhookUrl"
+F_MAX_EXECUTION_SECONDS: Final = "maxExecutionSeconds"
+F_POOL: Final = "pool"
+F_TRIGGER_AFTER_IDS: Final = "triggerAfterIds"
+F_LAST_ERROR: Final = "LastJobError"  # SnerdMQ's spelling: {"error": str, "retry_worthy": bool}
+F_LAST_ERROR_TEXT: Final = "LastErrorObj"  # SnerdMQ's plain-text copy of the last error
+F_CREATED_AT: Final = "createdAt"
+
+TASK_FIELDS: Final = frozenset(
+    {
+        F_TASK_ID,
+        F_TASK_TYPE,
+        F_TASK_DATA,
+        F_RETRY_COUNT,
+        F_MAX_RETRIES,
+        F_RETRY_AFTER_HOURS,
+        F_RETRY_AFTER_TIME,
+        F_EXECUTE_AT,
+        F_DELETED_AT,
+        F_URGENCY,
+        F_RATE_GROUP,
+        F_MAX_PER_MINUTE,
+        F_AUTO_DEDUPE,
+        F_FINGERPRINT,
+        F_CRON,
+        F_WEBHOOK_URL,
+        F_MAX_EXECUTION_SECONDS,
+        F_POOL,
+        F_TRIGGER_AFTER_IDS,
+        F_LAST_ERROR,
+        F_LAST_ERROR_TEXT,
+        F_CREATED_AT,
+    }
+)
+
+OUR_FIELDS: Final = frozenset(
+    {
+        F_EVENT,
+        F_SEQ,
+        F_TS,
+        F_DAEMON,
+        F_ATTEMPT,
+        F_REASON,
+        F_LEASE_UNTIL,
+        F_DATA,
+        F_DLQ_KEY,
+        F_COMPACTED,
+    }
+)
+"""Fields we write on full-state lines besides the task's own."""
+

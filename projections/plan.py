@@ -1,0 +1,89 @@
+"""Plan: ``plan(state, now, capacity, ...) -> Plan``, the dispatcher's pure step function.
+
+Given the projection and an instant, a plan says which tasks to claim (up to the
+free capacity, in dispatch order: most urgent first, FIFO on ties, rate windows
+filling as the batch goes), which dead-lettered parents to fail through, which claims
+of dead owners (or run-out leases) to release, and the next instant something becomes
+due (a timer, a backoff, a rate-limit slot) if nothing can run now. A plan only
+proposes: each claim, release and fail-through is a command that ``decide`` checks
+under the log lock against the caught-up state. The state is not changed: timers that
+came due are moved in a local copy (:func:`state.advance`), so the engine's state keeps
+exactly one writer, its log listener.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from snerd.projections import queries
+from snerd.projections.state import QueueState, advance
+from snerd.projections.task import Task
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    claims: tuple[Task, ...] = ()
+    fail_through: tuple[str, ...] = ()  # dead-lettered parents of waiting children
+    releases: tuple[tuple[str, int], ...] = ()  # (task id, attempt) of orphaned claims
+    wake_at: float | None = None  # look again then, if nothing else wakes the dispatcher
+
+    def __bool__(self) -> bool:
+        return bool(self.claims or self.fail_through or self.releases)
+
+
+def due(state: QueueState, now: float) -> QueueState:
+    """``state`` with every timer due by ``now`` moved to the ready lanes."""
+    return advance(state, now)[0]
+
+
+def plan(
+    state: QueueState,
+    now: float,
+    capacity: int,
+    *,
+    accepts: Callable[[Task], bool],
+    pools: Mapping[str, int] | None = None,
+    busy: Mapping[str, int] | None = None,
+    gone: Collection[str] = (),
+    leases: bool = False,
+) -> Plan:
+    """What to do at ``now``.
+
+    ``accepts`` says whether some executor here runs a task (registered types);
+    ``pools`` caps the attempts per pool and ``busy`` counts those running here;
+    ``gone`` names daemons whose claims are to be released (known dead); with
+    ``leases`` (no liveness facility), only those of their claims whose lease ran out.
+    """
+    state = due(state, now)
+    doomed = [t for t in state.doomed if t in state.tasks]
+    parents = sorted({p for t in doomed for p in state.tasks[t].parents if p in state.dlq})
+    releases = tuple(
+        (task.id, task.claim.attempt)
+        for task in queries.iter_active(state)
+        if task.claim is not None and task.claim.daemon in gone
+        and not (leases and (task.claim.lease_until or now) >= now)
+    )  # fmt: skip
+    claims: list[Task] = []
+    if capacity > 0:
+        eligible = _eligible(accepts, pools or {}, busy or {}, claims)
+        queries.pick_many(state, now, eligible, capacity, claims)
+    wake_at = None
+    if len(claims) < capacity:  # nothing more runs now: when will something?
+        wake_at = queries.pick(state, now, accepts).wake_at
+    return Plan(tuple(claims), tuple(parents), releases, wake_at)
+
+
+def _eligible(
+    accepts: Callable[[Task], bool], pools: Mapping[str, int], busy: Mapping[str, int],
+    planned: list[Task],
+) -> Callable[[Task], bool]:  # fmt: skip
+    def eligible(task: Task) -> bool:
+        pool = task.pool
+        if pool and pool in pools:
+            used = busy.get(pool, 0) + sum(1 for t in planned if t.pool == pool)
+            if used >= pools[pool]:
+                return False
+        return accepts(task)
+
+    return eligible

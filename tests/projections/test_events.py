@@ -1,0 +1,70 @@
+"""Typed events: one decoder, one validity rule, one evolve for every fold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from snerd.projections import events as ev
+from snerd.projections.evolve import RULES, evolve
+from snerd.projections.replay import bulk_fold
+from snerd.projections.state import empty, fold
+
+
+def _deep(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+POISON = [
+    # issue 12.2: taskData nested past what the JSON encoder writes (bulk replay raised)
+    {"event": "enqueued", "taskId": "deep", "taskType": "t", "taskData": _deep(300), "seq": 2},
+    # issue 12.3: a seq no writer can continue from
+    {"event": "enqueued", "taskId": "big", "taskType": "t", "seq": 2**64 - 1},
+    {"event": "enqueued", "taskId": "", "taskType": "t"},
+    {"event": "claimed", "taskId": "ok", "daemon": "d", "attempt": 0},
+    {"event": "rate_window", "group": "g", "times": [1e308]},
+    {"event": "from_the_future", "taskId": "ok"},
+    {"event": ["unhashable"], "taskId": "ok"},
+]
+
+
+@pytest.mark.parametrize("record", POISON)
+def test_unusable_records_are_judged_alike_by_every_fold(record: dict[str, Any]) -> None:
+    event = ev.decode(record)
+    assert isinstance(event, ev.Unusable)
+    assert event.reason
+    good = {"event": "enqueued", "taskId": "ok", "taskType": "t", "seq": 1}
+    incremental, _ = fold(empty(), [good, record])
+    bulk = bulk_fold([good, record])
+    for state in (incremental, bulk):
+        assert state.invalid == 1
+        assert set(state.tasks) == {"ok"}
+        # a seq out of range never becomes the one the writer continues from
+        assert state.last_seq == (2 if record.get("seq") == 2 else 1)
+
+
+def test_every_event_type_has_exactly_one_rule() -> None:
+    decoded = {type(ev.decode(r)) for r in POISON}
+    assert decoded == {ev.Unusable}
+    kinds = set(RULES)
+    assert ev.Unusable in kinds and ev.Claimed in kinds and ev.DeadLettered in kinds
+    assert len(kinds) == 15
+
+
+def test_evolve_counts_outcomes_once() -> None:
+    state = empty()
+    counted = []
+    for record in [
+        {"event": "enqueued", "taskId": "a", "taskType": "t", "maxRetries": 0, "seq": 1},
+        {"event": "claimed", "taskId": "a", "daemon": "d", "ts": 1000, "seq": 2},
+        {"event": "claimed", "taskId": "a", "daemon": "e", "ts": 1000, "seq": 3},  # no-op
+        {"event": "dead_lettered", "taskId": "a", "taskType": "t", "seq": 4},
+    ]:
+        state, delta = evolve(state, ev.decode(record))
+        counted += [metric for metric, _ in delta.counted]
+    assert counted == ["enqueued", "started", "failed_attempts", "dead_lettered"]
+    assert "a" in state.dlq
