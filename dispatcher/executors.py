@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +42,10 @@ class Outcomes(Protocol):
 
 
 class Executor(Protocol):
+    @property
+    def task_types(self) -> Collection[str]:
+        """The task types registered here (for ``stats``; a webhook executor has none)."""
+
     def accepts(self, task: Task) -> bool:
         """Whether this executor can run the task (its type is registered here)."""
 
@@ -90,6 +94,10 @@ class HandlerExecutor:
 
     def __init__(self) -> None:
         self.handlers: dict[str, Handler] = {}
+
+    @property
+    def task_types(self) -> Collection[str]:
+        return self.handlers.keys()
 
     def accepts(self, task: Task) -> bool:
         return task.type in self.handlers

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -32,6 +33,10 @@ class WebhookExecutor:
         self.timeout = timeout
         self._session: Any = None
         self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def task_types(self) -> Collection[str]:
+        return ()  # it runs any task with a webhook_url, whatever its type
 
     def accepts(self, task: Task) -> bool:
         return bool(task.webhook_url)

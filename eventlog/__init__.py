@@ -7,6 +7,12 @@ file, ``MemoryLog`` its in-memory twin; ``Liveness`` tracks which daemons are al
 
 from __future__ import annotations
 
+if __name__ != "snerd.eventlog":  # one import name per module (README, "Repository layout")
+    raise ImportError(
+        f"import snerd.eventlog, not {__name__}: one module under two names would be two "
+        "modules, with two different copies of every class in it"
+    )
+
 from snerd.eventlog.base import (
     Command,
     EventLog,

@@ -45,10 +45,10 @@ from snerd.projections.task import Claim
 ENQUEUED: Final = "enqueued"
 STARTED: Final = "started"
 COMPLETED: Final = "completed"
-FAILED: Final = "failed"  # a failed attempt (it retries or dead-letters): an event, not a state
+FAILED_ATTEMPTS: Final = "failed_attempts"  # it retries or dead-letters: an event, not a state
 DEAD_LETTERED: Final = "dead_lettered"
 CANCELLED: Final = "cancelled"
-METRICS: Final = (ENQUEUED, STARTED, COMPLETED, FAILED, DEAD_LETTERED, CANCELLED)
+METRICS: Final = (ENQUEUED, STARTED, COMPLETED, FAILED_ATTEMPTS, DEAD_LETTERED, CANCELLED)
 
 
 class Entry(Protocol):
@@ -107,7 +107,7 @@ def _enqueued(t: Tables, e: Enqueued) -> None:
 
 
 def _retry_scheduled(t: Tables, e: RetryScheduled) -> None:
-    t.count(FAILED, e)
+    t.count(FAILED_ATTEMPTS, e)
     _upserted(t, e)
 
 
@@ -132,7 +132,7 @@ def _state_line(t: Tables, e: StateLine) -> None:
         return
     task = e.task(0)
     if task.last_error and task.retry_count >= task.max_retries:
-        t.count(FAILED, e)
+        t.count(FAILED_ATTEMPTS, e)
         t.count(DEAD_LETTERED, e)
         old = t.entry(e.task_id)
         t.dead_letter(e, e.task_id, ev.REASON_MAX_RETRIES, None, old.attempt if old else 0)
@@ -155,7 +155,7 @@ def _dead_lettered(t: Tables, e: DeadLettered) -> None:
     """Into the DLQ under its key; the task leaves the live table (a cron task comes
     back with the ``rescheduled`` that follows)."""
     if e.reason != ev.REASON_FAILED_PARENT:
-        t.count(FAILED, e)
+        t.count(FAILED_ATTEMPTS, e)
     t.count(DEAD_LETTERED, e)
     old = t.entry(e.task_id)
     attempt = max(e.attempt, old.attempt) if old is not None else e.attempt

@@ -6,12 +6,12 @@ its :class:`Transition` s and final state; :class:`Summary` gets the same figure
 without transitions from the bulk fold, much faster. Unlike the queue projection
 both remember finished tasks (memory grows with task ids: right for an audit tool).
 
-States (``STATES``): ``pending`` (READY, or DELAYED whose time has come),
-``scheduled``, ``blocked``, ``active``, ``completed``, ``dead_lettered``,
-``cancelled``. Pending vs scheduled depends on an instant: the record's ``ts``
-during the fold, ``now`` for the final state. A ``check`` callable (a policy, kept
-out of this module) may name problems of each record given what the fold knew just
-before it (:class:`Before`); records the fold cannot use are always problems.
+States are the read models' status vocabulary (:mod:`snerd.projections.views.status`:
+pending, scheduled, blocked, active, completed, dead_lettered, cancelled). Pending vs
+scheduled depends on an instant: the record's ``ts`` during the fold, ``now`` for the
+final state. A ``check`` callable (a policy, kept out of this module) may name problems
+of each record given what the fold knew just before it (:class:`Before`); records the
+fold cannot use are always problems.
 """
 
 from __future__ import annotations
@@ -38,18 +38,17 @@ from snerd.projections.events import (
 )
 from snerd.projections.replay import BulkFolder
 from snerd.projections.state import QueueState, empty, from_tables
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, Task, record_error
-
-PENDING: Final = "pending"
-SCHEDULED: Final = "scheduled"
-BLOCKED_STATE: Final = "blocked"
-ACTIVE_STATE: Final = "active"
-COMPLETED: Final = "completed"
-DEAD_LETTERED: Final = "dead_lettered"
-CANCELLED: Final = "cancelled"
-STATES: Final = (PENDING, SCHEDULED, BLOCKED_STATE, ACTIVE_STATE, COMPLETED, DEAD_LETTERED,
-                  CANCELLED)  # fmt: skip
-ENDED: Final = frozenset({COMPLETED, DEAD_LETTERED, CANCELLED})
+from snerd.projections.task import Task, record_error
+from snerd.projections.views.status import BLOCKED as BLOCKED_STATE
+from snerd.projections.views.status import (
+    CANCELLED,
+    COMPLETED,
+    DEAD_LETTERED,
+    ENDED,
+    PENDING,
+    STATES,
+    status_of,
+)
 
 UNUSABLE: Final = "unusable record: skipped by the fold"
 SNERDMQ_UPSERT: Final = "snerdmq:upsert"  # the event name shown for a SnerdMQ state line
@@ -132,17 +131,6 @@ class History:
             if history.state is not None:
                 out[history.state] += 1
         return out
-
-
-def live_state(task: Task, now: float | None) -> str:
-    """The user-facing state of a live task as of ``now`` (None: no clock known)."""
-    if task.phase == ACTIVE:
-        return ACTIVE_STATE
-    if task.phase == BLOCKED:
-        return BLOCKED_STATE
-    if task.phase == DELAYED and (now is None or (task.not_before or 0.0) > now):
-        return SCHEDULED
-    return PENDING
 
 
 def _subject(event: Event) -> str | None:
@@ -240,7 +228,7 @@ class _Fold:
         for task_id, history in self.tasks.items():
             task = state.tasks.get(task_id)
             if task is not None:
-                history.state = live_state(task, now)
+                history.state = status_of(task, now)
             elif task_id in state.dlq:
                 history.state = DEAD_LETTERED
         return History(self.tasks, state, self.events, state.invalid, self.problems)
@@ -350,7 +338,7 @@ class Audit(_Fold):
     def _state_of(self, task_id: str, event: Event, previous: str | None) -> str:
         task = self.folder.tasks.get(task_id)
         if task is not None:
-            return live_state(task, self._instant())
+            return status_of(task, self._instant())
         if task_id in self.folder.dlq or type(event) is Purged:
             return DEAD_LETTERED  # purged from the DLQ: it still ended as a failure
         return _ending(self.folder.delta.counted, task_id) or previous or COMPLETED
@@ -367,7 +355,7 @@ class Audit(_Fold):
             task = self.folder.tasks.get(task_id)
             if task_id in (subject, key) or history is None or task is None:
                 continue
-            state = live_state(task, self._instant())
+            state = status_of(task, self._instant())
             if state == history.state:
                 continue
             name = "blocked" if state == BLOCKED_STATE else "unblocked"

@@ -8,9 +8,7 @@ from dataclasses import dataclass
 from snerd.projections import heap
 from snerd.projections.rates import extend_window, window_slot_free_at
 from snerd.projections.state import QueueState
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
-
-PHASES = (READY, DELAYED, BLOCKED, ACTIVE)
+from snerd.projections.task import READY, Lane, Task
 
 
 def lane_top(state: QueueState, lane: Lane) -> Task | None:
@@ -134,15 +132,6 @@ def iter_active(state: QueueState) -> Iterator[Task]:
             task = state.tasks.get(task_id)
             if task is not None:
                 yield task
-
-
-def counts(state: QueueState) -> dict[str, int]:
-    """Live tasks per phase, plus the dead-letter queue."""
-    out = dict.fromkeys(PHASES, 0)
-    for task in state.tasks.values():
-        out[task.phase] += 1
-    out["dead_lettered"] = len(state.dlq)
-    return out
 
 
 def descendants(state: QueueState, task_id: str) -> list[str]:

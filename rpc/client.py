@@ -43,7 +43,7 @@ Handler: TypeAlias = Callable[[str, Any], Awaitable[Any]]
 """An async task handler: ``(task_id, data)``; returning is success, raising is failure."""
 NoticeCallback: TypeAlias = Callable[[Message], Any]
 
-DAEMON_CODE: Final = "import sys; from snerd.rpc.daemon import main; sys.exit(main())"
+DAEMON_CODE: Final = "import sys; from snerd.daemon import main; sys.exit(main())"
 STDOUT_LIMIT: Final = 64 << 20
 """Longest daemon line the client reads (an ``execute`` echoes up to 1 MiB of data)."""
 PROTOCOL_CODES: Final = frozenset(

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import orjson
@@ -47,6 +47,10 @@ class Session:
         self.engine: Engine | None = None
 
     # executor ------------------------------------------------------------------------
+
+    @property
+    def task_types(self) -> Collection[str]:
+        return self.registered
 
     def accepts(self, task: Task) -> bool:
         return task.type in self.registered and not task.webhook_url
@@ -158,9 +162,17 @@ def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None
     asyncio.get_running_loop().create_task(answer(command, engine, session.out))
 
 
+Cleanup = Callable[[], Awaitable[object]]
+Extension = Callable[[Engine, Mapping[str, str]], Awaitable[Cleanup | None]]
+"""What the public face adds to a started daemon (e.g. the dashboard): called with the
+engine and the environment once the engine runs; the cleanup it returns (if any) is
+awaited after the drain."""
+
+
 async def serve(
-    storage: str, *, env: Mapping[str, str] = os.environ, stdin: Any = None, stdout: Any = None
-) -> int:
+    storage: str, *, env: Mapping[str, str] = os.environ, stdin: Any = None, stdout: Any = None,
+    extend: Extension | None = None,
+) -> int:  # fmt: skip
     """Run the daemon until stdin closes or a signal drains it; return the exit code."""
     loop = asyncio.get_running_loop()
     clock: Clock = ManualClock(float(env["SNERD_TEST_CLOCK"])) if env.get(
@@ -178,7 +190,7 @@ async def serve(
     )  # fmt: skip
     session.engine = engine
     await engine.start()
-    dashboard = await _maybe_dashboard(engine, env)
+    cleanup = None if extend is None else await extend(engine, env)
     reader = await open_input(stdin or sys.stdin)
     reading = loop.create_task(_read_lines(reader, session, engine, clock))
     stop = asyncio.Event()
@@ -201,8 +213,8 @@ async def serve(
     await draining
     reading.cancel()
     stopping.cancel()
-    if dashboard is not None:
-        await dashboard.cleanup()
+    if cleanup is not None:
+        await cleanup()
     await out.close()
     return 0
 
@@ -214,25 +226,9 @@ async def _release_sent(session: Session, engine: Engine) -> None:
             await engine.release(run, ev.REASON_DRAIN)
 
 
-async def _maybe_dashboard(engine: Engine, env: Mapping[str, str]) -> Any:
-    port = env.get("SNERD_DASHBOARD_PORT")
-    if not port:
-        return None
-    try:
-        from snerd.dashboard.server import start_dashboard, url_of
-
-        host = env.get("SNERD_DASHBOARD_HOST", "127.0.0.1")
-        token = env.get("SNERD_DASHBOARD_TOKEN") or None
-        runner = await start_dashboard(engine, host=host, port=int(port), token=token)
-        log.info("dashboard at %s", url_of(runner))
-        return runner
-    except Exception as exc:  # the queue runs on without a dashboard
-        log.warning("dashboard not started: %s", exc)
-        return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Console entry: ``snerdmq [STORAGE_DIR]``."""
+def main(argv: list[str] | None = None, *, extend: Extension | None = None) -> int:
+    """Console entry: ``snerdmq [STORAGE_DIR]`` (:func:`snerd.daemon.main` passes the
+    dashboard as ``extend``)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1 or (args and args[0].startswith("-")):
         print("usage: snerdmq [STORAGE_DIR]   (or: snerdmq --help for the tools)",
@@ -243,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, level, logging.WARNING),
                         format="snerdmq %(levelname)s %(name)s: %(message)s")  # fmt: skip
     try:
-        return asyncio.run(serve(storage))
+        return asyncio.run(serve(storage, extend=extend))
     except KeyboardInterrupt:
         return 0
     except (OSError, SnerdError) as exc:  # storage missing, unwritable, or locked

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from snerd.dispatcher import info
 from snerd.dispatcher.engine import Engine
-from snerd.dispatcher.views import stats_view, task_view
 from snerd.errors import LogError
 from snerd.projections import decide as cmds
+from snerd.projections.views.tasks import task_view
 from snerd.rpc import protocol as p
 from snerd.rpc.output import Output
 
@@ -57,7 +58,7 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
         await engine.report_progress(command.task_id, command.data)
         return None  # progress for a task not running here is dropped (spec §3.3)
     if isinstance(command, p.Stats):
-        return p.stats(await engine.read(lambda: stats_view(engine)), request_id=rid)
+        return p.stats(await engine.read(lambda: info.stats(engine)), request_id=rid)
     if isinstance(command, p.Get):
         task_id = command.task_id
         view = await engine.read(lambda: task_view(engine.state, task_id, now=engine.clock.now()))

@@ -2,7 +2,8 @@
 
 ``snerdmq [STORAGE_DIR]`` runs the daemon, exactly as the SnerdMQ SDKs spawn it, so
 anything that is not a known subcommand (no argument, or a storage path) goes to
-:func:`snerd.rpc.daemon.main`. That path imports neither click nor rich: the SDKs
+:func:`snerd.daemon.main` (the stdio daemon of :mod:`snerd.rpc.daemon`, with the
+dashboard when ``SNERD_DASHBOARD_PORT`` is set). That path imports neither click nor rich: the SDKs
 wait for the daemon, and every millisecond of start-up is theirs.
 
 Subcommands live one per module under ``snerd/tools/``, each exposing a click
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: dispatch to a subcommand, else run the daemon."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not is_subcommand(args):
-        from snerd.rpc.daemon import main as daemon_main
+        from snerd.daemon import main as daemon_main
 
         sys.exit(daemon_main(args))
     build_cli().main(args=args, prog_name="snerdmq")

@@ -21,17 +21,18 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from snerd.dispatcher import info
 from snerd.dispatcher.clock import Clock
 from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.dispatcher.executors import Handler, HandlerExecutor, Job, current_job
 from snerd.dispatcher.notify import Notifier
-from snerd.dispatcher.views import stats_view, task_view
 from snerd.dispatcher.webhooks import WebhookExecutor
 from snerd.errors import DispatchError
 from snerd.eventlog.base import EventLog, Record
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.liveness import Liveness
 from snerd.projections import decide as cmds
+from snerd.projections.views.tasks import task_view
 from snerd.rpc.protocol import Enqueue, parse_message
 
 ProgressCallback = Callable[[str, Any], Any]
@@ -165,7 +166,7 @@ class Queue:
         return task_view(self.engine.state, task_id, now=self.engine.clock.now())
 
     def stats(self) -> dict[str, Any]:
-        return stats_view(self.engine)
+        return info.stats(self.engine)
 
     async def join(self, *, timeout: float | None = None) -> None:
         """Wait until no task that this queue can run is pending, running or due.

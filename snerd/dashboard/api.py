@@ -32,18 +32,22 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from snerd.dashboard import timeline as tl
-from snerd.dashboard import views
-from snerd.dashboard.dag import dag_view
 from snerd.dashboard.monitor import Monitor
+from snerd.dispatcher import info
 from snerd.dispatcher.engine import Engine
-from snerd.dispatcher.views import stats_view
 from snerd.errors import ProtocolError, SnerdError
+from snerd.eventlog import FileLog, SkippedLine, iter_history
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
+from snerd.projections.views import dag as dags
+from snerd.projections.views import stats as figures
+from snerd.projections.views import status as st
+from snerd.projections.views import tasks as views
+from snerd.projections.views import timeline as tl
 from snerd.rpc.protocol import Enqueue, parse_message
 
 MAX_LIMIT = 10_000
+MAX_PASSES = 4  # filtering passes over the stored history for a timeline
 _REFUSAL_STATUS = {"unknown_task": 404, "invalid_state": 409, "duplicate_task": 409}
 
 
@@ -63,9 +67,24 @@ def json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None)
 
 def storage_of(engine: Engine) -> Path | None:
     """The storage dir behind the engine's log, when it is a file log."""
-    layout = getattr(engine.log, "layout", None)
-    storage = getattr(layout, "storage", None)
-    return storage if isinstance(storage, Path) else None
+    return engine.log.layout.storage if isinstance(engine.log, FileLog) else None
+
+
+def stored_records(storage: Path, task_id: str, known: set[str]) -> list[dict[str, Any]]:
+    """Every stored record about ``task_id`` and its ancestors (``known`` ones first; a
+    parent only the log still names costs another pass). Blocking: call in a thread."""
+    ids = {task_id, *known}
+    records: list[dict[str, Any]] = []
+    for _ in range(MAX_PASSES):
+        records = [
+            item for item in iter_history(storage)
+            if not isinstance(item, SkippedLine) and tl.concerns(item, ids)
+        ]  # fmt: skip
+        more = tl.parents_named(records, ids) - ids
+        if not more:
+            break
+        ids |= more
+    return records
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
@@ -120,18 +139,14 @@ class Api:
 
     async def stats(self, request: web.Request) -> web.Response:
         totals = self.monitor.totals()
-        out: dict[str, Any] = {
-            "enqueued": totals["enqueued"],
-            "processed": totals["completed"],
-            "failed": totals["dead_lettered"],
-        }
-        out.update(stats_view(self.engine))
+        out: dict[str, Any] = figures.sdk_totals(totals)
+        out.update(info.stats(self.engine))
         state, now = self.engine.state, self._now()
-        out["counts"] = views.counts(state, now)
+        out["counts"] = st.counts(state, now)
         out["totals"] = totals
         out["historyComplete"] = self.monitor.history_ready
         out["throughput"] = self.monitor.throughput()
-        out["rateGroups"] = views.rate_groups(state, now)
+        out["rateGroups"] = figures.rate_groups(state, now)
         out["types"] = views.task_types(state, self.monitor.finished_rows())
         out["storage"] = None if self.storage is None else str(self.storage)
         out["seq"] = state.last_seq
@@ -140,8 +155,8 @@ class Api:
     async def tasks(self, request: web.Request) -> web.Response:
         query = request.query
         state = query.get("state") or None
-        if state is not None and state not in views.STATES:
-            raise ApiError(400, f"state must be one of {', '.join(views.STATES)}; got {state!r}")
+        if state is not None and state not in st.STATES:
+            raise ApiError(400, f"state must be one of {', '.join(st.STATES)}; got {state!r}")
         flt = views.Filter(
             state=state, type=query.get("type") or None, search=query.get("q") or None
         )
@@ -165,21 +180,19 @@ class Api:
             raise ApiError(404, f"no task {task_id!r} (unknown, or completed long ago)")
         lookup = self.monitor.finished
         row["parentStates"] = [
-            {"id": p, "state": views.state_of(state, p, now, lookup(p))} for p in row["parents"]
+            {"id": p, "state": st.state_of(state, p, now, lookup(p))} for p in row["parents"]
         ]
-        children = set(state.refs.get(task_id, ())) | {
-            e.key for e in state.dlq.values() if task_id in e.task.parents
-        }
         row["children"] = [
-            {"id": c, "state": views.state_of(state, c, now, lookup(c))} for c in sorted(children)
+            {"id": c, "state": st.state_of(state, c, now, lookup(c))}
+            for c in dags.children_of(state, task_id)
         ]
         return json(row)
 
     async def history(self, request: web.Request) -> web.Response:
         task_id = request.match_info["id"]
-        family = tl.ancestors(self.engine.state, self.monitor.finished, task_id) | {task_id}
+        family = dags.ancestors(self.engine.state, self.monitor.finished, task_id) | {task_id}
         records = await self._records(task_id, family)
-        entries = await asyncio.to_thread(tl.entries, records, task_id)
+        entries = await asyncio.to_thread(tl.timeline, records, task_id)
         if not entries:
             raise ApiError(404, f"no history for task {task_id!r}")
         source = "log" if self.storage is not None else "recent"
@@ -190,7 +203,7 @@ class Api:
         since (delivered before it reached the disk)."""
         stored: list[dict[str, Any]] = []
         if self.storage is not None and os.path.isdir(self.storage):
-            stored = await asyncio.to_thread(tl.stored_records, self.storage, task_id, family)
+            stored = await asyncio.to_thread(stored_records, self.storage, task_id, family)
             family = family | {str(tl.subject(r)) for r in stored}
         last = max((r[ev.F_SEQ] for r in stored if type(r.get(ev.F_SEQ)) is int), default=0)
         recent = {
@@ -211,7 +224,7 @@ class Api:
         )
         if not known:
             raise ApiError(404, f"no task {task_id!r}")
-        return json(dag_view(state, task_id, finished=self.monitor.finished, now=now))
+        return json(dags.dag_view(state, task_id, finished=self.monitor.finished, now=now))
 
     async def dlq(self, request: web.Request) -> web.Response:
         return json(views.dlq_rows(self.engine.state))

@@ -26,8 +26,9 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from snerd.dashboard.monitor import Monitor
-from snerd.dashboard.views import counts, percent
 from snerd.dispatcher.engine import Engine
+from snerd.projections.views.status import counts
+from snerd.projections.views.tasks import percent
 
 log = logging.getLogger("snerd.dashboard")
 

@@ -21,7 +21,7 @@ from snerd.projections import events as ev
 from snerd.projections import evolve
 from snerd.projections.delta import Delta
 from snerd.projections.events import Event
-from snerd.projections.replay import BulkFolder
+from snerd.projections.views.stats import counted as views_counted
 
 MINUTES = 15
 """How many minutes of throughput are kept and shown."""
@@ -31,9 +31,9 @@ EVENTS_PER_TASK = 50
 
 METRICS = evolve.METRICS
 """The counters, bumped by ``projections.evolve`` (the one place that says what an event
-counts as): a failed attempt counts as ``failed`` whether it retries or dead-letters;
-a cron task's next occurrence counts as ``completed`` unless its current one was
-dead-lettered; a claim counts as ``started`` only when it starts an attempt."""
+counts as): a failed attempt counts as ``failed_attempts`` whether it retries or
+dead-letters; a cron task's next occurrence counts as ``completed`` unless its current one
+was dead-lettered; a claim counts as ``started`` only when it starts an attempt."""
 
 Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
 """Called with (changed task ids, progress items, reset) after every observed fold."""
@@ -89,23 +89,18 @@ class Figures:
 
 def scan(items: Iterable[Record | SkippedLine], *, upto_seq: int, now: float) -> Figures:
     """The figures of every stored record with ``seq <= upto_seq`` (blocking: a thread),
-    counted by the same ``evolve`` as the live fold (through a bulk fold)."""
+    counted by the same ``evolve`` as the live fold (through a bulk fold,
+    :func:`snerd.projections.views.stats.counted`)."""
     figures = Figures()
     keep_after = int(now // 60) - MINUTES
     counted: list[tuple[str, Event]] = []
-
-    def hear(metric: str, event: Event) -> None:
+    records = (
+        item for item in items
+        if not isinstance(item, SkippedLine) and ((seq := _seq(item)) is None or seq <= upto_seq)
+    )  # fmt: skip
+    for metric, event in views_counted(records):
         if event.seq is not None and event.seq <= upto_seq:
             counted.append((metric, event))
-
-    folder = BulkFolder(on_count=hear)
-    for item in items:
-        if isinstance(item, SkippedLine):
-            continue
-        seq = _seq(item)
-        if seq is not None and seq > upto_seq:
-            continue
-        folder.feed((item,))
         if len(counted) >= 4096:
             figures.count(counted, keep_after)
             counted.clear()

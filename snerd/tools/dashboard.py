@@ -18,8 +18,7 @@ from snerd.tools import kit
 
 
 async def _serve(storage: Path, host: str, port: int, token: str | None) -> None:
-    from snerd.dashboard import start_dashboard, url_of
-    from snerd.dashboard.security import is_loopback
+    from snerd.dashboard import is_loopback, start_dashboard, url_of
 
     engine = kit.make_engine(storage, tool="dashboard", follow=True)
     await engine.start()

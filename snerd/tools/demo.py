@@ -31,8 +31,8 @@ STYLES = {**kit.STATE_STYLES, "retrying": "yellow", "throttled": "magenta"}
 
 def _shown_state(row: Row, engine: Any, now: float) -> str:
     """The row's state, refined from the projection (scheduled, blocked, throttled)."""
-    from snerd.dispatcher.views import status_of
-    from snerd.projections.queries import slot_free_at
+    from snerd.projections.views.stats import slot_free_at
+    from snerd.projections.views.status import PENDING, status_of
 
     if row.state in ("completed", "dead_lettered", "active"):
         return row.state
@@ -40,8 +40,7 @@ def _shown_state(row: Row, engine: Any, now: float) -> str:
     if task is None:
         return row.state
     status = status_of(task, now)
-    group, limit = task.rate_group, task.max_per_minute
-    if status == "pending" and group and limit and slot_free_at(engine.state, group, limit, now):
+    if status == PENDING and slot_free_at(engine.state, task, now) is not None:
         return "throttled"
     return "retrying" if row.state == "retrying" and status != "active" else status
 
@@ -93,14 +92,14 @@ def summary(tracker: Tracker, engine: Any) -> Table:
 
 
 def _details(row: Row, state: str, engine: Any, now: float) -> str:
-    from snerd.projections.queries import slot_free_at
+    from snerd.projections.views.stats import slot_free_at
 
     if state == "dead_lettered":
         why = (row.reason or "retries exhausted").replace("_", " ")
         return f"{why}: {row.error}" if row.error else why
     if state == "throttled":
         task = engine.state.tasks[row.step.id]
-        free = slot_free_at(engine.state, task.rate_group, task.max_per_minute, now) or now
+        free = slot_free_at(engine.state, task, now) or now
         return f"waiting for a smtp slot ({SMTP_PER_MINUTE}/min), in {free - now:.0f}s"
     if state == "completed" and row.failures:
         times = "once" if len(row.failures) == 1 else f"{len(row.failures)} times"

@@ -174,8 +174,8 @@ class Tracker:
                 self._apply(row, record)
 
     def _apply(self, row: Row, record: dict[str, Any]) -> None:
-        from snerd.dashboard.views import percent
         from snerd.projections.task import record_error
+        from snerd.projections.views.tasks import percent
 
         event, now, name = record.get(ev.F_EVENT), time.time(), row.step.id
         if event == ev.CLAIMED:

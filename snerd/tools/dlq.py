@@ -22,7 +22,7 @@ def dlq() -> None:
 @kit.json_option
 def list_(storage: Path, as_json: bool) -> None:
     """The dead-letter queue, most recent first."""
-    from snerd.dashboard.views import dlq_rows
+    from snerd.projections.views.tasks import dlq_rows
     from snerd.tools.stats import load
 
     rows = dlq_rows(load(storage).state)

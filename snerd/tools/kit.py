@@ -119,7 +119,7 @@ def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
     orphan release, no compaction); it writes only what its caller asks for. The
     caller starts it and drains it."""
     from snerd.dispatcher.engine import Engine, EngineConfig
-    from snerd.eventlog.filelog import FileLog
+    from snerd.eventlog import FileLog
 
     config = EngineConfig(daemon_id=cli_daemon_id(tool), passive=True)
     return Engine(FileLog(storage, follow=follow), executors=[], config=config)

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
-from snerd.projections.apply import record_time
+from snerd.projections.events import record_time
 from snerd.projections.history import (
     Audit,
     History,

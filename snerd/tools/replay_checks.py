@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
-from snerd.projections.apply import MAX_MS
+from snerd.projections.events import MAX_MS
 from snerd.projections.history import Before
 from snerd.projections.schedule import parse_instant
 from snerd.projections.task import ACTIVE, BLOCKED

@@ -32,7 +32,7 @@ def load(storage: Path) -> Snapshot:
     """Fold the live log of an existing storage (exit 1 when there is none)."""
     from snerd.eventlog.base import SkippedLine
     from snerd.eventlog.history import read_records
-    from snerd.projections.replay import bulk_fold
+    from snerd.projections import bulk_fold
 
     storage = kit.existing_storage(storage)
     skipped = 0
@@ -49,28 +49,26 @@ def load(storage: Path) -> Snapshot:
 
 
 def collect(snap: Snapshot) -> dict[str, Any]:
-    """Everything ``stats`` reports, JSON-ready."""
-    from snerd.dashboard.monitor import scan
-    from snerd.dashboard.views import counts, rate_groups
-    from snerd.dispatcher.views import status_of
+    """Everything ``stats`` reports, JSON-ready: counts per status now, and the totals
+    of every metric (events, e.g. ``failed_attempts``) since the log began."""
+    from snerd.eventlog.base import SkippedLine
     from snerd.eventlog.history import iter_history
     from snerd.eventlog.layout import resolve
+    from snerd.projections.views.stats import metric_totals, rate_groups
+    from snerd.projections.views.status import DEAD_LETTERED, counts, status_of
 
     state, now = snap.state, snap.now
     by_type: dict[str, Counter[str]] = {}
     for task in state.tasks.values():
         by_type.setdefault(task.type, Counter())[status_of(task, now)] += 1
     for entry in state.dlq.values():
-        by_type.setdefault(entry.task.type, Counter())["dead_lettered"] += 1
-    figures = scan(iter_history(snap.storage), upto_seq=1 << 62, now=now)
+        by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
+    history = (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine))
     layout = resolve(snap.storage)
     return {
         "storage": str(snap.storage),
         "counts": counts(state, now),
-        "totals": {
-            m: figures.totals.get(m, 0)
-            for m in ("enqueued", "started", "completed", "failed", "dead_lettered", "cancelled")
-        },
+        "totals": metric_totals(history),
         "types": {t: dict(c) for t, c in sorted(by_type.items())},
         "rate_groups": rate_groups(state, now),
         "log": {

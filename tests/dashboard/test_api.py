@@ -26,7 +26,7 @@ async def test_stats_has_sdk_keys_counts_rate_groups_and_throughput(client):
     # the SnerdMQ SDK dashboards read these three
     assert (stats["enqueued"], stats["processed"], stats["failed"]) == (11, 3, 2)
     assert stats["counts"] == EXPECTED_COUNTS
-    assert stats["totals"]["failed"] == 2  # flaky's attempt and doomed's
+    assert stats["totals"]["failed_attempts"] == 2  # flaky's attempt and doomed's
     assert stats["historyComplete"] is True
     [smtp] = stats["rateGroups"]
     assert smtp["group"] == "smtp"

@@ -66,5 +66,5 @@ def test_evolve_counts_outcomes_once() -> None:
     ]:
         state, delta = evolve(state, ev.decode(record))
         counted += [metric for metric, _ in delta.counted]
-    assert counted == ["enqueued", "started", "failed", "dead_lettered"]
+    assert counted == ["enqueued", "started", "failed_attempts", "dead_lettered"]
     assert "a" in state.dlq

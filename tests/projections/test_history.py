@@ -9,8 +9,10 @@ from loggen import T0, any_logs, nows
 from projcheck import state_view
 
 from snerd.projections import history as h
-from snerd.projections.history import Before, audit, live_state, state_at, until
+from snerd.projections.history import Before, audit, state_at, until
 from snerd.projections.state import advance, empty, fold
+from snerd.projections.views import status as st
+from snerd.projections.views.status import status_of
 
 T = 1_700_000_000.0
 
@@ -67,21 +69,19 @@ def test_final_states_agree_with_the_queue_fold(records: list[dict[str, Any]], n
     assert state_view(result.state) == state_view(state)
     assert result.events == len(records) and result.invalid == state.invalid
     for task_id, task in state.tasks.items():
-        assert result.tasks[task_id].state == live_state(task, now)
+        assert result.tasks[task_id].state == status_of(task, now)
     for key in state.dlq:  # an id both live and dead-lettered shows as live
-        assert result.tasks[key].state == h.DEAD_LETTERED or key in state.tasks
+        assert result.tasks[key].state == st.DEAD_LETTERED or key in state.tasks
     for task_id, history in result.tasks.items():
-        assert history.state in h.STATES
+        assert history.state in st.STATES
         assert len(history.transitions) >= history.history_len >= 1
         if task_id not in state.tasks and task_id not in state.dlq:
-            assert history.state in h.ENDED
-    live = sum(
-        result.counts()[s] for s in (h.PENDING, h.SCHEDULED, h.BLOCKED_STATE, h.ACTIVE_STATE)
-    )
+            assert history.state in st.ENDED
+    live = sum(result.counts()[s] for s in (st.PENDING, st.SCHEDULED, st.BLOCKED, st.ACTIVE))
     assert live == len(state.tasks)
     advanced, _ = advance(state, now)
     ready = {t for t, task in advanced.tasks.items() if task.phase == "ready"}
-    assert ready == {t for t in state.tasks if result.tasks[t].state == h.PENDING}
+    assert ready == {t for t in state.tasks if result.tasks[t].state == st.PENDING}
 
 
 def figures(tasks: dict[str, h.TaskHistory]) -> dict[str, tuple[Any, ...]]:

@@ -390,7 +390,7 @@ def test_console_script_runs_replay(dag_storage: Path) -> None:
 
 def test_anything_else_runs_the_daemon_without_click_or_rich(tmp_path: Path) -> None:
     code = (
-        "import sys, snerd.rpc.daemon as d\n"
+        "import sys, snerd.daemon as d\n"
         "d.main = lambda argv: print(argv, 'click' in sys.modules, 'rich' in sys.modules) or 7\n"
         "from snerd.cli import main; main()"
     )

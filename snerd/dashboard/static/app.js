@@ -104,7 +104,7 @@
   // --- overview ------------------------------------------------------------------------------
   function throughputChart(rows) {
     const W = 600, H = 180, pad = { l: 34, r: 8, t: 10, b: 22 };
-    const max = Math.max(4, ...rows.map((r) => Math.max(r.completed + r.failed + r.dead_lettered, r.enqueued)));
+    const max = Math.max(4, ...rows.map((r) => Math.max(r.completed + r.failed_attempts + r.dead_lettered, r.enqueued)));
     const bw = (W - pad.l - pad.r) / rows.length, y = (v) => H - pad.b - (v / max) * (H - pad.t - pad.b);
     const g = s("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": "Throughput per minute" });
     for (const v of [0, Math.round(max / 2), max]) {
@@ -115,7 +115,7 @@
       const x = pad.l + i * bw + bw * 0.12, w = bw * 0.36;
       if (r.enqueued) g.append(s("rect", { class: "k-enqueued", x, width: w, y: y(r.enqueued), height: y(0) - y(r.enqueued), rx: 2 }));
       let base = 0;
-      for (const [key, cls] of [["completed", "k-completed"], ["failed", "k-failed"], ["dead_lettered", "k-dead"]]) {
+      for (const [key, cls] of [["completed", "k-completed"], ["failed_attempts", "k-failed"], ["dead_lettered", "k-dead"]]) {
         if (!r[key]) continue;
         g.append(s("rect", { class: cls, x: x + w + bw * 0.04, width: w, y: y(base + r[key]), height: y(base) - y(base + r[key]), rx: 2 }));
         base += r[key];
@@ -164,7 +164,7 @@
           h("a", { class: "card", href: `#/tasks?state=${state}`, "data-state": state },
             h("div", { class: "n", text: st.counts[state] ?? 0 }), h("div", { class: "l", text: CARD_LABEL[state] })))),
         h("div", { class: "totals" }, h("span", {}, h("b", { text: t.enqueued }), " enqueued"), h("span", {}, h("b", { text: t.completed }), " completed"),
-          h("span", {}, h("b", { text: t.failed }), " failed attempts"), h("span", {}, h("b", { text: t.dead_lettered }), " dead-lettered"),
+          h("span", {}, h("b", { text: t.failed_attempts }), " failed attempts"), h("span", {}, h("b", { text: t.dead_lettered }), " dead-lettered"),
           h("span", {}, h("b", { text: t.cancelled }), " cancelled"), h("span", { text: `(${scope})` })),
         h("div", { class: "grid two" }, panel("Throughput", "per minute, last 15 minutes", throughputChart(st.throughput)),
           panel("Rate-limit groups", "dispatches in the rolling window", rateTable(st.rateGroups))));

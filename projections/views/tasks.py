@@ -1,11 +1,13 @@
-"""JSON shapes the dashboard serves, computed from the projection and the monitor.
+"""One task as the faces show it: the ``get`` reply, the dashboard's rows, the DLQ list.
 
-Rows of ``/api/tasks`` keep the keys the SnerdMQ SDK dashboards read (``id``,
-``type``, ``status``, ``progress``, ``retryCount``, ``maxRetries``, ``retryAfterTime``,
-``cronExpression``, ``webhookUrl``, ``maxExecutionSeconds``) with their vocabulary for
-``status`` (queued, active, failed, completed, dead_letter), and add ours: ``state``
-in the replay tool's names (pending, scheduled, blocked, active, dead_lettered,
-completed, cancelled) and the rest of the task.
+Two shapes, one status: :func:`task_view` is the daemon's ``get`` reply and
+``Queue.get`` (the log's own field names, plus ``status``, ``attempt``, ``claim``,
+``progress``); :func:`live_row`/:func:`dead_row`/:func:`finished_row` are the rows of
+the dashboard's ``/api/tasks`` and of ``snerdmq dlq list``. Rows keep the keys the
+SnerdMQ SDK dashboards read (``id``, ``type``, ``status``, ``progress``,
+``retryCount``, ``maxRetries``, ``retryAfterTime``, ``cronExpression``, ``webhookUrl``,
+``maxExecutionSeconds``), ``status`` in their words (:func:`.status.sdk_status`), and
+add ours: ``state`` (our status) and the rest of the task.
 """
 
 from __future__ import annotations
@@ -14,18 +16,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snerd.dispatcher.views import claim_view, state_counts, status_of
 from snerd.projections import events as ev
-from snerd.projections.queries import slot_free_at
-from snerd.projections.rates import RATE_WINDOW_SECONDS
 from snerd.projections.schedule import format_instant, parse_instant
 from snerd.projections.state import DeadLetter, QueueState
 from snerd.projections.task import Task, record_error, task_to_record
-
-STATES = ("pending", "scheduled", "blocked", "active", "dead_lettered", "completed", "cancelled")
-LIVE_STATES = frozenset({"pending", "scheduled", "blocked", "active"})
-FINISHED_STATES = frozenset({"completed", "cancelled"})
-DAG_LIMIT = 200
+from snerd.projections.views.status import (
+    COMPLETED,
+    DEAD_LETTERED,
+    FINISHED,
+    LIVE,
+    sdk_status,
+    status_of,
+)
 
 _PERCENT_KEYS = ("pct", "percent", "percentage", "progress")
 
@@ -45,31 +47,58 @@ def percent(data: Any) -> float:
     return max(0.0, min(100.0, value))
 
 
-def sdk_status(state: str, last_error: Any) -> str:
-    """The SDK dashboards' status word for one of our states."""
-    if state == "active":
-        return "active"
-    if state == "dead_lettered":
-        return "dead_letter"
-    if state in FINISHED_STATES:
-        return "completed"
-    return "failed" if last_error else "queued"
+def claim_view(task: Task) -> dict[str, Any] | None:
+    """Who runs the task's current attempt, and since when (None if not running)."""
+    claim = task.claim
+    if claim is None:
+        return None
+    return {"daemon": claim.daemon, "attempt": claim.attempt, "since": format_instant(claim.at)}
 
 
-def _row(record: dict[str, Any], state: str, progress: Any = None) -> dict[str, Any]:
+# --- the get reply ---------------------------------------------------------------------
+
+
+def task_view(state: QueueState, task_id: str, *, now: float) -> dict[str, Any] | None:
+    """A live or dead-lettered task in the log's field names, with its status; None if
+    the projection does not hold it (completed tasks leave it)."""
+    task = state.tasks.get(task_id)
+    if task is not None:
+        view = task_to_record(task)
+        view["status"] = status_of(task, now)
+        view["attempt"] = task.attempt
+        if task.claim is not None:
+            view["claim"] = claim_view(task)
+        if task.progress is not None:
+            view["progress"] = task.progress
+        return view
+    entry = state.dlq.get(task_id)
+    if entry is None:
+        return None
+    view = task_to_record(entry.task)
+    view.update(status=DEAD_LETTERED, reason=entry.reason, dlqKey=entry.key)
+    view["attempt"] = entry.task.attempt
+    if entry.at is not None:
+        view["deadLetteredAt"] = format_instant(entry.at)
+    return view
+
+
+# --- rows ------------------------------------------------------------------------------
+
+
+def _row(record: Mapping[str, Any], status: str, progress: Any = None) -> dict[str, Any]:
     last_error = record_error(record)
-    row: dict[str, Any] = {
+    return {
         "id": record.get(ev.F_TASK_ID),
         "type": record.get(ev.F_TASK_TYPE),
-        "status": sdk_status(state, last_error),
-        "progress": 100.0 if state == "completed" else percent(progress),
+        "status": sdk_status(status, last_error),
+        "progress": 100.0 if status == COMPLETED else percent(progress),
         "retryCount": record.get(ev.F_RETRY_COUNT, 0),
         "maxRetries": record.get(ev.F_MAX_RETRIES, 3),
         "retryAfterTime": record.get(ev.F_RETRY_AFTER_TIME),
         "cronExpression": record.get(ev.F_CRON),
         "webhookUrl": record.get(ev.F_WEBHOOK_URL),
         "maxExecutionSeconds": record.get(ev.F_MAX_EXECUTION_SECONDS),
-        "state": state,
+        "state": status,
         "progressData": progress,
         "lastError": last_error,
         "urgencyScore": record.get(ev.F_URGENCY, 0.0),
@@ -82,7 +111,6 @@ def _row(record: dict[str, Any], state: str, progress: Any = None) -> dict[str, 
         "runAt": _own_time(record, ev.F_EXECUTE_AT),
         "retryAt": _own_time(record, ev.F_RETRY_AFTER_TIME),
     }
-    return row
 
 
 def _own_time(record: Mapping[str, Any], key: str) -> Any:
@@ -100,7 +128,7 @@ def live_row(task: Task, now: float) -> dict[str, Any]:
 
 
 def dead_row(entry: DeadLetter) -> dict[str, Any]:
-    row = _row(task_to_record(entry.task), "dead_lettered")
+    row = _row(task_to_record(entry.task), DEAD_LETTERED)
     row.update(dlqKey=entry.key, reason=entry.reason, attempt=entry.task.attempt)
     row["deadLetteredAt"] = None if entry.at is None else format_instant(entry.at)
     if entry.key != entry.task.id:
@@ -108,20 +136,42 @@ def dead_row(entry: DeadLetter) -> dict[str, Any]:
     return row
 
 
-def finished_row(record: dict[str, Any]) -> dict[str, Any]:
-    row = _row(record, str(record.get("state", "completed")))
+def finished_row(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The row of a recently finished task, from its last record (with its ``state``)."""
+    row = _row(record, str(record.get("state", COMPLETED)))
     ts = record.get(ev.F_TS)
     row["finishedAt"] = format_instant(ts / 1000) if isinstance(ts, int | float) else None
     row["attempt"] = record.get(ev.F_ATTEMPT, 0)
     return row
 
 
-# --- the task list ------------------------------------------------------------------
+def find_row(
+    state: QueueState, finished: Mapping[str, Any] | None, task_id: str, now: float
+) -> dict[str, Any] | None:
+    """A task's row: live, dead-lettered, or recently finished; None if unknown."""
+    task = state.tasks.get(task_id)
+    if task is not None:
+        return live_row(task, now)
+    entry = state.dlq.get(task_id)
+    if entry is not None:
+        return dead_row(entry)
+    if finished is not None:
+        return finished_row(finished)
+    return None
+
+
+def dlq_rows(state: QueueState) -> list[dict[str, Any]]:
+    """The dead-letter queue, most recent first."""
+    entries = sorted(state.dlq.values(), key=lambda e: (-(e.at or 0.0), e.key))
+    return [dead_row(entry) for entry in entries]
+
+
+# --- the task list ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Filter:
-    """What ``/api/tasks`` may be narrowed by: state, type, a substring of the id."""
+    """What a task list may be narrowed by: status, type, a substring of the id."""
 
     state: str | None = None
     type: str | None = None
@@ -150,35 +200,35 @@ def _created(value: Any) -> float:
 
 def task_rows(
     state: QueueState,
-    finished: Iterable[dict[str, Any]],
+    finished: Iterable[Mapping[str, Any]],
     flt: Filter,
     *,
     now: float,
     limit: int,
     offset: int = 0,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Matching rows newest first (by creation time), and how many matched in all."""
+    """Matching rows newest first (by creation time), and how many matched in all.
+    ``finished``: rows of recently finished tasks (they left the projection)."""
     keyed: list[tuple[float, str, Any]] = []
     want = flt.state
-    if want is None or want in LIVE_STATES:
+    if want is None or want in LIVE:
         for task in state.tasks.values():
             if flt.wants(None, task.type, task.id) and (
                 want is None or status_of(task, now) == want
             ):
                 keyed.append((task.created_at or 0.0, task.id, task))
-    if want in (None, "dead_lettered"):
+    if want in (None, DEAD_LETTERED):
         for entry in state.dlq.values():
             if flt.wants(None, entry.task.type, entry.key):
                 keyed.append((entry.task.created_at or 0.0, entry.key, entry))
-    if want is None or want in FINISHED_STATES:
+    if want is None or want in FINISHED:
         for record in finished:
             task_id = str(record.get(ev.F_TASK_ID, ""))
             if flt.wants(str(record.get("state")), record.get(ev.F_TASK_TYPE), task_id):
                 keyed.append((_created(record.get(ev.F_CREATED_AT)), task_id, record))
     keyed.sort(key=lambda item: (-item[0], item[1]))
     page = keyed[offset : offset + limit]
-    rows = [_any_row(item, now) for _, _, item in page]
-    return rows, len(keyed)
+    return [_any_row(item, now) for _, _, item in page], len(keyed)
 
 
 def _any_row(item: Any, now: float) -> dict[str, Any]:
@@ -189,78 +239,8 @@ def _any_row(item: Any, now: float) -> dict[str, Any]:
     return finished_row(item)
 
 
-def task_types(state: QueueState, finished: Iterable[dict[str, Any]]) -> list[str]:
+def task_types(state: QueueState, finished: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every task type the projection or the recently finished tasks show."""
     types = {t.type for t in state.tasks.values()} | {e.task.type for e in state.dlq.values()}
     types.update(str(r.get(ev.F_TASK_TYPE)) for r in finished if r.get(ev.F_TASK_TYPE))
     return sorted(types)
-
-
-def find_row(
-    state: QueueState, finished: Mapping[str, Any] | None, task_id: str, now: float
-) -> dict[str, Any] | None:
-    """A task's row: live, dead-lettered, or recently finished; None if unknown."""
-    task = state.tasks.get(task_id)
-    if task is not None:
-        return live_row(task, now)
-    entry = state.dlq.get(task_id)
-    if entry is not None:
-        return dead_row(entry)
-    if finished is not None:
-        return finished_row(dict(finished))
-    return None
-
-
-def state_of(
-    state: QueueState, task_id: str, now: float, finished: Mapping[str, Any] | None = None
-) -> str:
-    """One word for any id: a live state, dead_lettered, completed/cancelled, or absent."""
-    task = state.tasks.get(task_id)
-    if task is not None:
-        return status_of(task, now)
-    if task_id in state.dlq:
-        return "dead_lettered"
-    if finished is not None:
-        return str(finished.get("state", "completed"))
-    return "absent"
-
-
-# --- overview pieces --------------------------------------------------------------
-
-
-def counts(state: QueueState, now: float) -> dict[str, int]:
-    return state_counts(state, now)
-
-
-def rate_groups(state: QueueState, now: float) -> list[dict[str, Any]]:
-    """Every rate-limit group with live tasks or recent dispatches: limit and window use."""
-    limits: dict[str, int] = {}
-    waiting: dict[str, int] = {}
-    for task in state.tasks.values():
-        if task.rate_group:
-            waiting[task.rate_group] = waiting.get(task.rate_group, 0) + 1
-            if task.max_per_minute:
-                old = limits.get(task.rate_group)
-                limits[task.rate_group] = (
-                    min(old, task.max_per_minute) if old else (task.max_per_minute)
-                )
-    out = []
-    for group in sorted(set(limits) | set(waiting) | set(state.windows)):
-        used = sum(1 for t in state.windows.get(group, ()) if t > now - RATE_WINDOW_SECONDS)
-        limit = limits.get(group)
-        free_at = slot_free_at(state, group, limit, now) if limit else None
-        out.append(
-            {
-                "group": group,
-                "maxPerMinute": limit,
-                "used": used,
-                "waiting": waiting.get(group, 0),
-                "nextSlotAt": None if free_at is None else format_instant(free_at),
-            }
-        )
-    return out
-
-
-def dlq_rows(state: QueueState) -> list[dict[str, Any]]:
-    """The dead-letter queue, most recent first."""
-    entries = sorted(state.dlq.values(), key=lambda e: (-(e.at or 0.0), e.key))
-    return [dead_row(entry) for entry in entries]

@@ -1,0 +1,147 @@
+"""Figures: the ``stats`` reply, rate-limit groups, and metrics counted from records.
+
+:func:`stats_view` is what the daemon's ``stats`` reply, ``Queue.stats()`` and the
+dashboard's ``/api/stats`` carry about the queue now (the caller gathers the daemon's
+and the log's figures and passes them in: a view reads no engine).
+
+Metrics count events, not tasks (:data:`METRICS`, bumped by evolve): ``enqueued``,
+``started`` (claims that start an attempt), ``completed`` (successes, a cron
+occurrence's included), ``failed_attempts`` (every attempt that failed, whether it
+retries or dead-letters), ``dead_lettered`` and ``cancelled``. "failed" alone is no key
+of ours; the SnerdMQ SDK dashboards' ``failed`` (in :func:`sdk_totals`) is their count
+of tasks that ended as failures, i.e. our ``dead_lettered``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from snerd.projections import evolve
+from snerd.projections.events import Event
+from snerd.projections.rates import RATE_WINDOW_SECONDS, window_slot_free_at
+from snerd.projections.replay import BulkFolder
+from snerd.projections.schedule import format_instant
+from snerd.projections.state import QueueState
+from snerd.projections.task import Task
+from snerd.projections.views.status import counts, phase_counts
+
+# --- now -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonInfo:
+    """The running daemon (or embedded engine) a ``stats`` reply describes."""
+
+    id: str
+    pid: int
+    registered: Collection[str]  # task types this process runs
+    in_flight: int
+    max_workers: int
+    draining: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogFigures:
+    """The log's size as its owner reports it."""
+
+    bytes: int
+    records: int
+    skipped: int
+
+
+def stats_view(
+    state: QueueState, now: float, *, daemon: DaemonInfo | None = None,
+    log: LogFigures | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Tasks per status, per phase (``phases``), and the daemon's and log's figures."""
+    out: dict[str, Any] = dict(counts(state, now))
+    out["phases"] = phase_counts(state)
+    if daemon is not None:
+        out["daemon"] = {
+            "id": daemon.id,
+            "pid": daemon.pid,
+            "registered": sorted(daemon.registered),
+            "in_flight": daemon.in_flight,
+            "max_workers": daemon.max_workers,
+            "draining": daemon.draining,
+        }
+    if log is not None:
+        out["log"] = {"bytes": log.bytes, "records": log.records, "skipped": log.skipped}
+    return out
+
+
+def slot_free_at(state: QueueState, task: Task, now: float) -> float | None:
+    """When a rate-limited task's group frees a slot; None if it may dispatch now."""
+    if not (task.rate_group and task.max_per_minute):
+        return None
+    return window_slot_free_at(state.windows.get(task.rate_group, ()), task.max_per_minute, now)
+
+
+def rate_groups(state: QueueState, now: float) -> list[dict[str, Any]]:
+    """Every rate-limit group with live tasks or recent dispatches: limit and window use."""
+    limits: dict[str, int] = {}
+    waiting: dict[str, int] = {}
+    for task in state.tasks.values():
+        if task.rate_group:
+            waiting[task.rate_group] = waiting.get(task.rate_group, 0) + 1
+            if task.max_per_minute:
+                old = limits.get(task.rate_group)
+                limits[task.rate_group] = min(old, task.max_per_minute) if old else (
+                    task.max_per_minute)  # fmt: skip
+    out = []
+    for group in sorted(set(limits) | set(waiting) | set(state.windows)):
+        window = state.windows.get(group, ())
+        used = sum(1 for t in window if t > now - RATE_WINDOW_SECONDS)
+        limit = limits.get(group)
+        free_at = window_slot_free_at(window, limit, now) if limit else None
+        out.append(
+            {
+                "group": group,
+                "maxPerMinute": limit,
+                "used": used,
+                "waiting": waiting.get(group, 0),
+                "nextSlotAt": None if free_at is None else format_instant(free_at),
+            }
+        )
+    return out
+
+
+# --- metrics: events counted ---------------------------------------------------------
+
+METRICS: Final = evolve.METRICS
+"""What each event counts as is written in :mod:`snerd.projections.evolve` (the one place
+an event's meaning is written); the words are ``enqueued``, ``started``, ``completed``,
+``failed_attempts``, ``dead_lettered``, ``cancelled``."""
+
+
+def counted(records: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Event]]:
+    """(metric, event) for every counter evolve bumps over ``records``, in order: the
+    history the live fold's delta (``delta.counted``) would have reported, read by a
+    bulk fold (memory proportional to live tasks)."""
+    heard: list[tuple[str, Event]] = []
+    folder = BulkFolder(on_count=lambda metric, event: heard.append((metric, event)))
+    for record in records:
+        folder.feed((record,))
+        if heard:
+            yield from heard
+            heard.clear()
+
+
+def metric_totals(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Every metric's count over ``records`` (e.g. the whole stored history)."""
+    totals = dict.fromkeys(METRICS, 0)
+    for metric, _ in counted(records):
+        totals[metric] += 1
+    return totals
+
+
+def sdk_totals(totals: Mapping[str, int]) -> dict[str, int]:
+    """The SnerdMQ SDK dashboards' ``enqueued``/``processed``/``failed`` from our
+    metric totals (their ``failed``: tasks that ended as failures, our dead letters)."""
+    return {
+        "enqueued": totals.get(evolve.ENQUEUED, 0),
+        "processed": totals.get(evolve.COMPLETED, 0),
+        "failed": totals.get(evolve.DEAD_LETTERED, 0),
+    }
