@@ -10,7 +10,6 @@ nothing it did not create, so the input state stays valid.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from pyrsistent import pset
@@ -43,7 +42,7 @@ from snerd.projections.state import (
     lane_key,
     timer_key,
 )
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Task
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane, Task, with_
 
 
 class Folder:
@@ -63,6 +62,7 @@ class Folder:
         self.last_seq = state.last_seq
         self.invalid = state.invalid
         self.delta = DeltaBuilder()
+        self.dirty: set[Lane] = set()  # lanes whose top may have gone stale in this fold
 
     # --- feeding ----------------------------------------------------------------------
 
@@ -79,7 +79,9 @@ class Folder:
     def finish(self) -> tuple[QueueState, Delta]:
         tasks = self.tasks.persistent()
         lanes = self.lanes
-        for lane in lanes:  # iterates the map as it was; deleting is safe
+        for lane in self.dirty:  # only a lane whose task changed can have a stale top
+            if lane not in lanes:
+                continue
             cleaned = _clean_lane(lanes[lane], tasks)
             if cleaned is None:
                 del lanes[lane]
@@ -111,7 +113,7 @@ class Folder:
 
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
         old = self.tasks.get(event.task_id)
-        task = replace(event.task(self.n), attempt=attempt)
+        task = event.task(self.n, attempt)
         if old is not None:
             self._unindex(old)
         task = self._placed(task)
@@ -122,7 +124,7 @@ class Folder:
 
     def dead_letter(self, event: DeadLettered | StateLine, key: str, reason: str,
                     at: float | None, attempt: int) -> None:  # fmt: skip
-        task = replace(event.task(self.n), attempt=attempt)
+        task = event.task(self.n, attempt)
         self.dlq[key] = DeadLetter(key, task, reason, task.last_error, at)
         self.delta.dead.append(key)
         self.remove(task.id)
@@ -146,20 +148,20 @@ class Folder:
     def claim(self, task_id: str, claim: Claim) -> None:
         task = self.tasks[task_id]
         self._unindex(task)
-        task = replace(task, phase=ACTIVE, attempt=claim.attempt, claim=claim, progress=None)
+        task = with_(task, phase=ACTIVE, attempt=claim.attempt, claim=claim, progress=None)
         self.tasks[task_id] = task
         self._index(task)
         self.delta.claimed.append(task_id)
 
     def progress(self, task_id: str, data: Any) -> None:
-        self.tasks[task_id] = replace(self.tasks[task_id], progress=data)
+        self.tasks[task_id] = with_(self.tasks[task_id], progress=data)
         self.delta.progress.append((task_id, data))
 
     def release(self, task_id: str) -> None:
         task = self.tasks[task_id]
         self._unindex(task)
         # A fresh order: the old heap entry may still sit in its lane.
-        task = self._placed(replace(task, claim=None, order=self.n, progress=None))
+        task = self._placed(with_(task, claim=None, order=self.n, progress=None))
         self.tasks[task_id] = task
         self._index(task)
         self.delta.released.append(task_id)
@@ -182,7 +184,7 @@ class Folder:
                 self.delta.doomed.append(task.id)
         elif task.id in self.doomed:
             self.doomed.remove(task.id)
-        return task if task.phase == phase else replace(task, phase=phase)
+        return task if task.phase == phase else with_(task, phase=phase)
 
     def _index(self, task: Task) -> None:
         self._index_phase(task)
@@ -197,6 +199,8 @@ class Folder:
 
     def _unindex(self, task: Task) -> None:
         """Drop the task from every index but the heaps (their entries go stale)."""
+        if task.phase == READY:
+            self.dirty.add(task.lane)
         if task.claim is not None:
             owned = self.by_daemon.get(task.claim.daemon)
             if owned is not None and task.id in owned:
@@ -232,6 +236,8 @@ class Folder:
                 continue
             placed = self._placed(child)
             if placed.phase != child.phase:
+                if child.phase == READY:
+                    self.dirty.add(child.lane)
                 self.tasks[child_id] = placed
                 self._index_phase(placed)
 

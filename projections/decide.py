@@ -298,10 +298,13 @@ def requeue(
 def purge(
     state: QueueState, key: str, *, now: float, daemon: str
 ) -> tuple[list[Record], Refusal | None]:
-    """Delete a dead-letter entry for good."""
+    """Delete a dead-letter entry for good. Tasks still waiting on it fail through first:
+    a purged parent must not read as an absent (so completed) one to its children."""
     if key not in state.dlq:
         return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
-    return [_event(ev.PURGED, now, daemon, **{ev.F_DLQ_KEY: key, ev.F_TASK_ID: key})], None
+    records = fail_through(state, [key], now=now, daemon=daemon)
+    records.append(_event(ev.PURGED, now, daemon, **{ev.F_DLQ_KEY: key, ev.F_TASK_ID: key}))
+    return records, None
 
 
 # --- the decider ---------------------------------------------------------------------

@@ -102,8 +102,8 @@ class Enqueued(NamedTuple):
     record: Record
     compacted: bool = False
 
-    def task(self, order: int) -> Task:
-        return task_from_record(self.record, order=order)
+    def task(self, order: int, attempt: int = 0) -> Task:
+        return task_from_record(self.record, order=order, attempt=attempt)
 
 
 class RetryScheduled(NamedTuple):
@@ -116,8 +116,8 @@ class RetryScheduled(NamedTuple):
     daemon: str | None
     record: Record
 
-    def task(self, order: int) -> Task:
-        return task_from_record(self.record, order=order)
+    def task(self, order: int, attempt: int = 0) -> Task:
+        return task_from_record(self.record, order=order, attempt=attempt)
 
 
 class Rescheduled(NamedTuple):
@@ -130,8 +130,8 @@ class Rescheduled(NamedTuple):
     daemon: str | None
     record: Record
 
-    def task(self, order: int) -> Task:
-        return task_from_record(self.record, order=order)
+    def task(self, order: int, attempt: int = 0) -> Task:
+        return task_from_record(self.record, order=order, attempt=attempt)
 
 
 class Requeued(NamedTuple):
@@ -145,8 +145,8 @@ class Requeued(NamedTuple):
     record: Record
     key: str
 
-    def task(self, order: int) -> Task:
-        return task_from_record(self.record, order=order)
+    def task(self, order: int, attempt: int = 0) -> Task:
+        return task_from_record(self.record, order=order, attempt=attempt)
 
 
 class StateLine(NamedTuple):
@@ -160,8 +160,8 @@ class StateLine(NamedTuple):
     record: Record
     deleted: bool
 
-    def task(self, order: int) -> Task:
-        return task_from_record(self.record, order=order)
+    def task(self, order: int, attempt: int = 0) -> Task:
+        return task_from_record(self.record, order=order, attempt=attempt)
 
 
 class Succeeded(NamedTuple):
@@ -196,8 +196,8 @@ class DeadLettered(NamedTuple):
     key: str
     reason: str
 
-    def task(self, order: int) -> Task:
-        return task_from_record(self.record, order=order)
+    def task(self, order: int, attempt: int = 0) -> Task:
+        return task_from_record(self.record, order=order, attempt=attempt)
 
 
 class Claimed(NamedTuple):

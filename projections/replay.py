@@ -61,7 +61,7 @@ class _Dead:
         self.reason, self.at = reason, at
 
     def build(self, key: str) -> DeadLetter:
-        task = replace(self.event.task(self.order), attempt=self.attempt)
+        task = self.event.task(self.order, self.attempt)
         return DeadLetter(key, task, self.reason, task.last_error, self.at)
 
 

@@ -8,8 +8,8 @@ writes them back, so a line survives a read/write round trip unchanged.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from pyrsistent import pmap
@@ -89,6 +89,25 @@ class Task:
         blocking).
         """
         return (self.type, self.pool or "", self.rate_group or "", self.max_per_minute or 0)
+
+
+def _make_with() -> Any:
+    """A ``dataclasses.replace`` for :class:`Task` that is several times faster (the fold
+    calls it on every claim, release and upsert): generated code, as ``namedtuple`` does."""
+    names = [f.name for f in fields(Task)]
+    lines = ["def with_(task, " + ", ".join(f"{n}=_KEEP" for n in names) + "):",
+             "    new = _new(_Task)"]  # fmt: skip
+    lines += [f"    _set(new, {n!r}, task.{n} if {n} is _KEEP else {n})" for n in names]
+    lines.append("    return new")
+    namespace: dict[str, Any] = {
+        "_KEEP": object(), "_new": object.__new__, "_Task": Task, "_set": object.__setattr__,
+    }  # fmt: skip
+    exec("\n".join(lines), namespace)
+    return namespace["with_"]
+
+
+with_: Final[Callable[..., Task]] = _make_with()
+"""``with_(task, phase=..., attempt=...)``: the task with those fields changed."""
 
 
 def _number(value: Any, name: str, default: float, *, low: float = -_MAX_EXACT) -> float:
@@ -188,7 +207,7 @@ def require_ids_or_none(record: Mapping[str, Any]) -> tuple[str, str] | str:
     return task_id, task_type
 
 
-def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
+def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int = 0) -> Task:
     """Read a full-state line. Raises EventError only when :func:`require_ids` does."""
     get = record.get
     task_id, task_type = require_ids(record)
@@ -222,6 +241,7 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0) -> Task:
         created_at=created,
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
+        attempt=attempt,
     )
 
 
