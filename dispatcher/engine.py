@@ -25,6 +25,7 @@ from snerd.dispatcher.notify import Notifier
 from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
+from snerd.projections import evolve
 from snerd.projections.commands import (
     Cancel,
     Command,
@@ -101,6 +102,9 @@ class Engine:
         self.runs: dict[str, Run] = {}
         self.skipped: list[SkippedLine] = []
         self.draining = False
+        self.started_at = self.clock.now()
+        self.totals: dict[str, int] = dict.fromkeys(evolve.METRICS, 0)
+        """Events folded since start-up (after its replay), per metric: ``stats``."""
         self._bulk: BulkFolder | None = None
         self.dispatcher = Dispatcher(self)
         self.housekeeper = Housekeeper(self)
@@ -121,6 +125,8 @@ class Engine:
             return
         self.state, delta = fold(self.state, records)
         self.changed.set()
+        for metric, _ in delta.counted:
+            self.totals[metric] += 1
         self._react(delta)
         for observer in self.observers:
             try:

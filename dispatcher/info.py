@@ -12,7 +12,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from snerd.eventlog.base import EventLog
-from snerd.projections.views.stats import DaemonInfo, LogFigures, stats_view
+from snerd.projections.views.stats import (
+    DaemonInfo,
+    LogFigures,
+    Totals,
+    snerdmq_stats,
+    stats_view,
+)
 
 if TYPE_CHECKING:
     from snerd.dispatcher.engine import Engine
@@ -42,3 +48,10 @@ def stats(engine: Engine) -> dict[str, Any]:
     return stats_view(
         engine.state, engine.clock.now(), daemon=daemon_info(engine), log=log_figures(engine.log)
     )
+
+
+def sdk_stats(engine: Engine) -> dict[str, Any]:
+    """SnerdMQ's top-level ``stats`` keys for a started engine, now."""
+    now = engine.clock.now()
+    totals = Totals(dict(engine.totals), now - engine.started_at)
+    return snerdmq_stats(engine.state, now, totals)

@@ -58,7 +58,8 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
         await engine.report_progress(command.task_id, command.data)
         return None  # progress for a task not running here is dropped (spec §3.3)
     if isinstance(command, p.Stats):
-        return p.stats(await engine.read(lambda: info.stats(engine)), request_id=rid)
+        payload, top = await engine.read(lambda: (info.stats(engine), info.sdk_stats(engine)))
+        return p.stats(payload, top=top, request_id=rid)
     if isinstance(command, p.Get):
         task_id = command.task_id
         view = await engine.read(lambda: task_view(engine.state, task_id, now=engine.clock.now()))

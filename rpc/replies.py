@@ -7,6 +7,7 @@ tables of ``specs/protocol.md`` section 4.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -94,9 +95,13 @@ def max_retries_reached(
     )  # fmt: skip
 
 
-def stats(payload: dict[str, Any], *, request_id: RequestId | None = None) -> bytes:
-    """Reply to ``stats``: ``{"action": "stats", "stats": payload}``."""
-    return _reply({"action": "stats", "stats": payload}, request_id)
+def stats(
+    payload: dict[str, Any], *, top: Mapping[str, Any] | None = None,
+    request_id: RequestId | None = None,
+) -> bytes:  # fmt: skip
+    """Reply to ``stats``: ``{"action": "stats", "stats": payload, **top}`` (``top``:
+    SnerdMQ's own keys, which its SDKs read at the top level)."""
+    return _reply({"action": "stats", **(top or {}), "stats": payload}, request_id)
 
 
 def task(payload: dict[str, Any], *, request_id: RequestId | None = None) -> bytes:

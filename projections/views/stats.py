@@ -72,6 +72,33 @@ def stats_view(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Events this process has folded since it started (its start-up replay not
+    included): what SnerdMQ's daemon counts in its ``total_*`` stats keys."""
+
+    counts: Mapping[str, int]
+    uptime: float  # seconds since this process started
+
+
+def snerdmq_stats(state: QueueState, now: float, totals: Totals) -> dict[str, Any]:
+    """SnerdMQ's top-level ``stats`` reply keys, which the Node SDK's dashboard reads:
+    ``total_enqueued``, ``total_executed`` (attempts that succeeded), ``total_failed``
+    (attempts that failed), ``total_dlq`` (dead letters), ``queue_depth`` (live tasks
+    not running: pending, scheduled, blocked), ``uptime_secs`` and ``per_shard`` (one
+    log, so one shard, numbered 0, with the same figures)."""
+    live = counts(state, now)
+    figures = {
+        "total_enqueued": totals.counts.get(evolve.ENQUEUED, 0),
+        "total_executed": totals.counts.get(evolve.COMPLETED, 0),
+        "total_failed": totals.counts.get(evolve.FAILED_ATTEMPTS, 0),
+        "total_dlq": totals.counts.get(evolve.DEAD_LETTERED, 0),
+        "queue_depth": live["pending"] + live["scheduled"] + live["blocked"],
+    }
+    return {**figures, "uptime_secs": int(max(0.0, totals.uptime)),
+            "per_shard": [{"shard": 0, **figures}]}  # fmt: skip
+
+
 def slot_free_at(state: QueueState, task: Task, now: float) -> float | None:
     """When a rate-limited task's group frees a slot; None if it may dispatch now."""
     if not (task.rate_group and task.max_per_minute):
