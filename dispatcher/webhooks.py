@@ -26,6 +26,12 @@ EXECUTE = "Execute"
 MAX_RETRIES_REACHED = "MaxRetriesReached"
 
 
+def snerdmq_keys(task_id: Any, task_type: Any, data: str) -> dict[str, Any]:
+    """What SnerdMQ's daemon POSTs, and receivers written for it read: ``taskId``,
+    ``taskType`` and ``data``, the task's data as its JSON text (a string)."""
+    return {"taskId": task_id, "taskType": task_type, "data": data}
+
+
 class WebhookExecutor:
     """Executor for tasks with a ``webhook_url``, and dead-letter notifier for them."""
 
@@ -52,6 +58,7 @@ class WebhookExecutor:
         task = run.task
         timeout = task.max_execution_seconds or self.timeout
         body = {
+            **snerdmq_keys(task.id, task.type, task.data),
             "task_id": task.id, "task_type": task.type, "task_data": decode_data(task.data),
             "attempt": run.attempt, "retry_count": task.retry_count,
         }  # fmt: skip
@@ -88,9 +95,12 @@ class WebhookExecutor:
         url = record.get(ev.F_WEBHOOK_URL)
         if not url:
             return
+        data = record.get(ev.F_TASK_DATA)
+        text = data if isinstance(data, str) else orjson.dumps(data).decode()
         body = {
+            **snerdmq_keys(record.get(ev.F_TASK_ID), record.get(ev.F_TASK_TYPE), text),
             "task_id": record.get(ev.F_TASK_ID), "task_type": record.get(ev.F_TASK_TYPE),
-            "task_data": decode_data(str(record.get(ev.F_TASK_DATA))),
+            "task_data": decode_data(text),
             "reason": record.get(ev.F_REASON), "last_error": record.get(ev.F_LAST_ERROR_TEXT),
             "retry_count": record.get(ev.F_RETRY_COUNT),
         }  # fmt: skip

@@ -163,3 +163,18 @@ async def test_a_webhook_in_flight_finishes_during_the_drain(
     hooks.release.set()
     assert await daemon.client.wait(timeout=10) == 0
     assert events_of(daemon.storage, "slow", "succeeded")
+
+
+async def test_webhook_bodies_carry_snerdmqs_keys(daemon: Wire, hooks: Hooks) -> None:
+    """A receiver written for SnerdMQ reads ``taskId``, ``taskType`` and ``data`` (the
+    task's data as the JSON text it was enqueued with), on both events."""
+    await daemon.ack("h", "hook", task_data='{"n": 1}', webhook_url=hooks.url(500),
+                     max_retries=0)  # fmt: skip
+    execute = (await hooks.next_post())["body"]
+    final = await hooks.next_post()
+    assert final["headers"]["X-SnerdMQ-Event"] == "MaxRetriesReached"
+    for body in (execute, final["body"]):
+        assert body["taskId"] == "h"
+        assert body["taskType"] == "hook"
+        assert body["data"] == '{"n": 1}'
+        assert body["task_id"] == "h"  # ours stay beside them
