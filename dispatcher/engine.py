@@ -259,9 +259,14 @@ class Engine:
 
     # --- commands ----------------------------------------------------------------------
 
-    async def enqueue(self, cmd: Enqueue) -> cmds.Refusal | cmds.Deduplicated | None:
-        """Durably enqueue; None means acked, else why not."""
-        outcome: cmds.Refusal | cmds.Deduplicated | None = await self.run_command(cmd)
+    async def enqueue(
+        self, cmd: Enqueue
+    ) -> cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None:
+        """Durably enqueue; None (or the parents it will not wait for) means acked, a
+        refusal or a dedupe verdict says why not."""
+        outcome: cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None = (
+            await self.run_command(cmd)
+        )
         return outcome
 
     async def read(self, query: Callable[[], T]) -> T:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import xxhash
+from pyrsistent import pmap
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
@@ -55,6 +56,15 @@ class Deduplicated:
     duplicate_of: str
 
 
+@dataclass(frozen=True, slots=True)
+class UnknownParents:
+    """An enqueue accepted although some of its parents are neither live nor
+    dead-lettered (completed, cancelled, purged, or never enqueued: a mistyped id?).
+    The task does not wait for them (an absent parent counts as completed)."""
+
+    ids: tuple[str, ...]
+
+
 def ms(seconds: float) -> int:
     return round(seconds * 1000)
 
@@ -84,8 +94,9 @@ def fingerprint(task_type: str, task_data: str) -> str:
 
 def enqueue(
     state: QueueState, cmd: Enqueue, *, now: float, daemon: str
-) -> tuple[list[Record], Refusal | Deduplicated | None]:
-    """The enqueued event, or a refusal (live id) or a dedupe verdict."""
+) -> tuple[list[Record], Refusal | Deduplicated | UnknownParents | None]:
+    """The enqueued event, or a refusal (live id) or a dedupe verdict; the parents it
+    will not wait for, when some are unknown."""
     if cmd.task_id in state.tasks or cmd.task_id in state.dlq:
         where = "in the dead-letter queue" if cmd.task_id in state.dlq else "live"
         message = f"task {cmd.task_id!r} already exists ({where})"
@@ -120,7 +131,13 @@ def enqueue(
         parents=cmd.trigger_after_ids,
         created_at=now,
     )
-    return [full_state(ev.ENQUEUED, task, now, daemon)], None
+    unknown = tuple(dict.fromkeys(
+        p for p in cmd.trigger_after_ids if p not in state.tasks and p not in state.dlq
+    ))  # fmt: skip
+    if not unknown:
+        return [full_state(ev.ENQUEUED, task, now, daemon)], None
+    task = replace(task, extra=pmap({ev.F_UNKNOWN_PARENTS: list(unknown)}))
+    return [full_state(ev.ENQUEUED, task, now, daemon)], UnknownParents(unknown)
 
 
 def _cycle(state: QueueState, task_id: str, parents: tuple[str, ...]) -> str | None:

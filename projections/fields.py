@@ -83,6 +83,10 @@ F_TRIGGER_AFTER_IDS: Final = "triggerAfterIds"
 F_LAST_ERROR: Final = "LastJobError"  # SnerdMQ's spelling: {"error": str, "retry_worthy": bool}
 F_LAST_ERROR_TEXT: Final = "LastErrorObj"  # SnerdMQ's plain-text copy of the last error
 F_CREATED_AT: Final = "createdAt"
+F_UNKNOWN_PARENTS: Final = "unknownParents"
+"""Ours, on a task's lines from its ``enqueued`` on: the ``triggerAfterIds`` that were
+neither live nor dead-lettered when it was enqueued (it did not wait for them). Kept
+like any field SnerdMQ does not know, so every later line of the task repeats it."""
 
 TASK_FIELDS: Final = frozenset(
     {

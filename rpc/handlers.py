@@ -47,7 +47,14 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
         if isinstance(outcome, cmds.Refusal):
             return _refused(outcome, command.task_id, rid)
         dup = outcome.duplicate_of if isinstance(outcome, cmds.Deduplicated) else None
-        return p.ack(command.task_id, deduplicated_of=dup, request_id=rid)
+        unknown = outcome.ids if isinstance(outcome, cmds.UnknownParents) else ()
+        if unknown:
+            log.warning(
+                "task %r: trigger_after_ids %s: neither live nor dead-lettered, so it does "
+                "not wait for them (a mistyped id?)", command.task_id, ", ".join(unknown)
+            )  # fmt: skip
+        return p.ack(command.task_id, deduplicated_of=dup, unknown_parents=unknown,
+                     request_id=rid)  # fmt: skip
     if isinstance(command, p.Result):
         refusal = await engine.finish(
             command.task_id, success=command.success, error=command.error,

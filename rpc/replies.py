@@ -27,13 +27,17 @@ def _reply(msg: dict[str, Any], request_id: RequestId | None) -> bytes:
 
 
 def ack(
-    task_id: str, *, deduplicated_of: str | None = None, request_id: RequestId | None = None
-) -> bytes:
-    """``ack``: the enqueue is durable (or was dropped as a duplicate of a live task)."""
+    task_id: str, *, deduplicated_of: str | None = None,
+    unknown_parents: tuple[str, ...] = (), request_id: RequestId | None = None,
+) -> bytes:  # fmt: skip
+    """``ack``: the enqueue is durable (or was dropped as a duplicate of a live task);
+    ``unknown_parents``: parents it will not wait for (neither live nor dead-lettered)."""
     msg: dict[str, Any] = {"action": "ack", "task_id": task_id}
     if deduplicated_of is not None:
         msg["deduplicated"] = True
         msg["duplicate_of"] = deduplicated_of
+    if unknown_parents:
+        msg["unknown_parents"] = list(unknown_parents)
     return _reply(msg, request_id)
 
 

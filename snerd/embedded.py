@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,8 @@ from snerd.eventlog.liveness import Liveness
 from snerd.projections import decide as cmds
 from snerd.projections.views.tasks import task_view
 from snerd.rpc.protocol import Enqueue, parse_message
+
+log = logging.getLogger("snerd.queue")
 
 ProgressCallback = Callable[[str, Any], Any]
 DeadLetterCallback = Callable[[Record], Any]
@@ -151,6 +154,11 @@ class Queue:
             raise DispatchError(outcome.message)
         if isinstance(outcome, cmds.Deduplicated):
             return outcome.duplicate_of
+        if isinstance(outcome, cmds.UnknownParents):
+            log.warning(
+                "task %r: trigger_after_ids %s: neither live nor dead-lettered, so it does "
+                "not wait for them (a mistyped id?)", task_id, ", ".join(outcome.ids)
+            )  # fmt: skip
         return task_id
 
     async def cancel(self, task_id: str) -> None:

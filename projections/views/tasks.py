@@ -105,6 +105,7 @@ def _row(record: Mapping[str, Any], status: str, progress: Any = None) -> dict[s
         "executeAt": record.get(ev.F_EXECUTE_AT),
         "createdAt": record.get(ev.F_CREATED_AT),
         "parents": list(record.get(ev.F_TRIGGER_AFTER_IDS) or ()),
+        "unknownParents": list(record.get(ev.F_UNKNOWN_PARENTS) or ()),
         "rateLimitGroup": record.get(ev.F_RATE_GROUP),
         "pool": record.get(ev.F_POOL),
         "taskData": record.get(ev.F_TASK_DATA),

@@ -245,7 +245,10 @@ class Api:
             return json(
                 {"ok": True, "task_id": command.task_id, "deduplicated_of": outcome.duplicate_of}
             )
-        return json({"ok": True, "task_id": command.task_id}, status=201)
+        reply: dict[str, Any] = {"ok": True, "task_id": command.task_id}
+        if isinstance(outcome, cmds.UnknownParents):
+            reply["unknown_parents"] = list(outcome.ids)
+        return json(reply, status=201)
 
     async def cancel(self, request: web.Request) -> web.Response:
         return await self._act(request, "id", "cancel", self.engine.cancel)

@@ -118,9 +118,16 @@ def enqueue(
     if isinstance(outcome, cmds.Refusal):
         kit.fail(outcome.message)
     duplicate = outcome.duplicate_of if isinstance(outcome, cmds.Deduplicated) else None
+    unknown = list(outcome.ids) if isinstance(outcome, cmds.UnknownParents) else []
     if as_json:
-        kit.emit_json({"ok": True, "task_id": task_id, "deduplicated_of": duplicate})
+        reply: dict[str, Any] = {"ok": True, "task_id": task_id, "deduplicated_of": duplicate}
+        if unknown:
+            reply["unknown_parents"] = unknown
+        kit.emit_json(reply)
     elif duplicate:
         click.echo(f"deduplicated: a live task {duplicate} has the same type and data")
     else:
         click.echo(f"enqueued {task_id}")
+    if unknown and not as_json:
+        click.echo(f"warning: --after {', '.join(unknown)}: no such live or dead-lettered "
+                   "task; it does not wait for them", err=True)  # fmt: skip

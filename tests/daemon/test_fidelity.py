@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from daemonkit import Wire
+import asyncio
+
+from daemonkit import WAIT, Wire
 
 
 async def test_stats_reply_has_snerdmqs_top_level_keys(daemon: Wire) -> None:
@@ -29,3 +31,28 @@ async def test_stats_reply_has_snerdmqs_top_level_keys(daemon: Wire) -> None:
          "total_dlq": 1, "queue_depth": 1}
     ]  # fmt: skip
     assert reply["stats"]["pending"] == 1  # ours stay, nested as before
+
+
+async def _stderr_says(wire: Wire, text: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while not any(text in line for line in wire.client.stderr_tail):
+        assert loop.time() < deadline, list(wire.client.stderr_tail)
+        await asyncio.sleep(0.01)
+
+
+async def test_ack_and_stderr_name_unknown_parents(daemon: Wire) -> None:
+    """Seed 003: a mistyped parent id makes a child run at once; the caller is told."""
+    await daemon.ack("real", "nobody")
+    await daemon.ack("dead", "t", max_retries=0)
+    await daemon.expect("execute", task_id="dead")
+    await daemon.result("dead", ok=False, error="x")
+    await daemon.expect("max_retries_reached", task_id="dead")
+    ack = await daemon.ack("child", "t", trigger_after_ids=["real", "dead", "mistyped"])
+    assert ack["unknown_parents"] == ["mistyped"]
+    await _stderr_says(daemon, "mistyped")
+    ok = await daemon.ack("other", "nobody", trigger_after_ids=["real"])
+    assert "unknown_parents" not in ok
+    [line] = await daemon.logged("child", "dead_lettered")  # failed through from "dead"
+    assert line["unknownParents"] == ["mistyped"]  # recorded, so every reader can show it
+    assert (await daemon.get("child"))["unknownParents"] == ["mistyped"]

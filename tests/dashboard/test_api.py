@@ -183,3 +183,16 @@ async def test_enqueue_through_the_api(client, engine):
     error = await _json(await client.post("/api/tasks", json=bad), 400)
     assert "max_retries" in error["error"]
     await _json(await client.post("/api/tasks", data=b'{"task_id": '), 400)
+
+
+async def test_enqueue_with_unknown_parents_says_which(client):
+    body = {"task_id": "child-x", "task_type": "nobody",
+            "trigger_after_ids": ["fetch-b", "no-such-parent"]}  # fmt: skip
+    created = await _json(await client.post("/api/tasks", json=body), 201)
+    assert created["unknown_parents"] == ["no-such-parent"]
+    row = await _json(await client.get("/api/tasks/child-x"))
+    assert row["unknownParents"] == ["no-such-parent"]
+    rows = await _json(await client.get("/api/tasks", params={"q": "child-x"}))
+    assert [r["unknownParents"] for r in rows] == [["no-such-parent"]]
+    known = await _json(await client.get("/api/tasks/aggregate"))
+    assert known["unknownParents"] == []

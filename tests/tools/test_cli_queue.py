@@ -176,3 +176,14 @@ def test_console_entry_point_exit_codes(store, tmp_path):
     assert snerdmq("cancel", "nope", "-s", str(store)).returncode == 1
     usage = snerdmq("dlq", "requeue", "-s", str(store))
     assert usage.returncode == 2 and "--all" in usage.stderr
+
+
+def test_enqueue_warns_about_unknown_parents(cli, tmp_path):
+    store = tmp_path / "fresh"
+    result = cli.invoke(enqueue, ["email", "{}", "--id", "c", "--after", "nope", "-s",
+                                  str(store)])  # fmt: skip
+    assert result.exit_code == 0
+    assert "enqueued c" in result.stdout
+    assert "--after nope" in result.stderr and "does not wait" in result.stderr
+    made = _json(cli, enqueue, ["email", "{}", "--id", "d", "--after", "ghost", "-s", str(store)])
+    assert made["unknown_parents"] == ["ghost"]

@@ -291,7 +291,7 @@
   }
 
   function prop(name, value) {
-    const wide = name === "Parents" || name === "Children" || name === "Last error";
+    const wide = name === "Parents" || name === "Unknown parents" || name === "Children" || name === "Last error";
     return value === null || value === undefined || value === "" ? null : h("div", { class: wide ? "wide" : null }, h("dt", { text: name }), h("dd", {}, value));
   }
 
@@ -327,7 +327,8 @@
           prop("Rate group", task.rateLimitGroup), prop("Pool", task.pool), prop("Cron", task.cronExpression), prop("Webhook", task.webhookUrl),
           prop("Timeout", task.maxExecutionSeconds ? `${task.maxExecutionSeconds} s` : null), prop("Running on", task.claim ? task.claim.daemon : null),
           prop("Reason", task.reason ? label(task.reason) : null), prop("Last error", task.lastError),
-          prop("Parents", task.parents.length ? links(task.parentStates) : null), prop("Children", task.children.length ? links(task.children) : null)),
+          prop("Parents", task.parents.length ? links(task.parentStates) : null),
+          prop("Unknown parents", task.unknownParents && task.unknownParents.length ? h("span", { class: "err", id: "unknown-parents", text: `${task.unknownParents.join(", ")}: neither live nor dead-lettered when this task was enqueued, so it did not wait for them (a mistyped id?)` }) : null), prop("Children", task.children.length ? links(task.children) : null)),
         h("h2", { text: "Payload", class: "sub" }), h("pre", { class: "data", text: json(task.taskData) }))));
       if (task.parents.length || task.children.length) {
         const dag = await get(`/api/dag/${enc}`);
