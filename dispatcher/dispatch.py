@@ -96,7 +96,10 @@ class Dispatcher:
         )  # fmt: skip
 
     def _capacity(self) -> int:
-        return self.engine.config.max_workers - len(self.engine.runs)
+        """Free worker slots: a sync handler's thread that outlived its attempt (a hard
+        timeout cannot kill a thread) still holds one until it returns."""
+        lingering = sum(int(getattr(x, "lingering", 0)) for x in self.engine.executors)
+        return self.engine.config.max_workers - len(self.engine.runs) - lingering
 
     def executor_for(self, task: Task) -> Executor | None:
         for executor in self.engine.executors:

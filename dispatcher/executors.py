@@ -8,8 +8,12 @@ POST (``webhooks.py``). The engine picks the first executor that accepts a task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import functools
+import inspect
 from collections.abc import Awaitable, Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -68,13 +72,29 @@ class Job:
     data: Any
     attempt: int
     _outcomes: Outcomes = field(repr=False, compare=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
 
     async def progress(self, data: Any) -> None:
         """Record progress (any JSON value); the dashboard and other processes see it."""
         await self._outcomes.report_progress(self.id, data)
 
+    def progress_sync(self, data: Any, timeout: float | None = 30.0) -> None:
+        """:meth:`progress` for a sync (``def``) handler, which runs in a worker thread:
+        hands the update to the queue's event loop and waits until it is recorded."""
+        if self._loop is None:
+            raise RuntimeError("this job has no event loop to report progress to")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError("progress_sync() would block the event loop: await progress()")
+        asyncio.run_coroutine_threadsafe(self.progress(data), self._loop).result(timeout)
 
-Handler = Callable[[Job], Awaitable[Any]]
+
+Handler = Callable[[Job], Any]
+"""An ``async def`` handler (awaited on the event loop), or a plain ``def`` one (run in
+a worker thread; see :class:`HandlerExecutor`). Raising fails the attempt."""
 
 current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar(
     "snerd_current_job", default=None
@@ -90,10 +110,24 @@ def decode_data(data: str) -> Any:
 
 
 class HandlerExecutor:
-    """Runs tasks on async functions registered by type, in this process."""
+    """Runs tasks on functions registered by type, in this process.
 
-    def __init__(self) -> None:
+    ``async def`` handlers run on the event loop. Plain ``def`` handlers run in a pool
+    of at most ``threads`` worker threads, so they never block the loop. A thread
+    cannot be killed: when a sync handler overruns its hard timeout the attempt fails
+    at once (its late return is ignored) while the thread runs on, and it keeps
+    counting against the pool (:attr:`lingering`) until it returns.
+    """
+
+    def __init__(self, *, threads: int = 8, on_free: Callable[[], None] | None = None) -> None:
         self.handlers: dict[str, Handler] = {}
+        self.threads = threads
+        self.on_free = on_free
+        """Called when a lingering thread returns (capacity freed: look again)."""
+        self.lingering = 0
+        """Threads still running a sync handler whose attempt already ended (timeout)."""
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_threads: dict[int, Run] = {}
 
     @property
     def task_types(self) -> Collection[str]:
@@ -104,13 +138,38 @@ class HandlerExecutor:
 
     def start(self, run: Run, outcomes: Outcomes) -> None:
         handler = self.handlers[run.task.type]
-        job = Job(run.task.id, run.task.type, decode_data(run.task.data), run.attempt, outcomes)
-        run.handle = asyncio.get_running_loop().create_task(self._run(handler, job, outcomes))
+        loop = asyncio.get_running_loop()
+        job = Job(run.task.id, run.task.type, decode_data(run.task.data), run.attempt, outcomes,
+                  loop)  # fmt: skip
+        body = self._call(handler, job) if is_async(handler) else self._in_thread(handler, job, run)
+        run.handle = loop.create_task(self._run(body, job, outcomes))
 
-    async def _run(self, handler: Handler, job: Job, outcomes: Outcomes) -> None:
+    async def _call(self, handler: Handler, job: Job) -> None:
         current_job.set(job)
+        await handler(job)
+
+    async def _in_thread(self, handler: Handler, job: Job, run: Run) -> None:
+        loop = asyncio.get_running_loop()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="snerd-handler")
+        context = contextvars.copy_context()
+        context.run(current_job.set, job)
+        future = self._pool.submit(context.run, handler, job)
+        self._in_threads[id(run)] = run
+        future.add_done_callback(lambda _: _call_soon(loop, self._returned, run))
+        result = await asyncio.wrap_future(future)
+        if inspect.isawaitable(result):  # a def that returned a coroutine
+            await result
+
+    def _returned(self, run: Run) -> None:
+        if self._in_threads.pop(id(run), None) is None:  # it outlived its attempt
+            self.lingering -= 1
+            if self.on_free is not None:
+                self.on_free()
+
+    async def _run(self, body: Awaitable[None], job: Job, outcomes: Outcomes) -> None:
         try:
-            await handler(job)
+            await body
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failing handler is an outcome, not a crash
@@ -122,3 +181,26 @@ class HandlerExecutor:
     def stop(self, run: Run) -> None:
         if run.handle is not None and not run.handle.done():
             run.handle.cancel()
+        if self._in_threads.pop(id(run), None) is not None:
+            self.lingering += 1  # its thread runs on; _returned counts it back
+
+    def shutdown(self) -> None:
+        """Let the worker threads go (a lingering one still runs to its end)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[Run], None], run: Run) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed while the thread ran on
+        loop.call_soon_threadsafe(callback, run)
+
+
+def is_async(handler: Handler) -> bool:
+    """Whether calling ``handler`` returns an awaitable to run on the loop (an ``async
+    def``, a partial of one, or an object whose ``__call__`` is one)."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004
+    )

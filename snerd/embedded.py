@@ -76,7 +76,7 @@ class Queue:
         daemon_id: str = "",
     ) -> None:
         self.storage = storage
-        self._handlers = HandlerExecutor()
+        self._handlers = HandlerExecutor(threads=max_workers)
         self._callbacks = _Callbacks()
         webhooks = WebhookExecutor()
         config = EngineConfig(daemon_id=daemon_id, max_workers=max_workers, pools=pools or {})
@@ -88,12 +88,20 @@ class Queue:
             liveness=None if log is not None else Liveness(storage),
             notifier=Notifier([self._callbacks, webhooks]),
         )
+        self._handlers.on_free = self.engine.wake
         self._started = False
 
     # --- registration -----------------------------------------------------------------
 
     def handler(self, task_type: str) -> Callable[[Handler], Handler]:
-        """Decorator: run tasks of ``task_type`` with this async function."""
+        """Decorator: run tasks of ``task_type`` with this function.
+
+        An ``async def`` runs on the event loop. A plain ``def`` runs in a worker
+        thread (at most ``max_workers`` of them), so blocking calls are fine; report
+        progress from it with ``job.progress_sync(data)`` or ``snerd.embedded.progress(data)``.
+        A thread cannot be killed: past ``max_execution_seconds`` the attempt fails (and
+        retries) at once, but the thread runs on, its return value ignored, and holds
+        one of the ``max_workers`` slots until it returns."""
 
         def register(function: Handler) -> Handler:
             self._handlers.handlers[task_type] = function
@@ -124,6 +132,7 @@ class Queue:
         """Finish running attempts (up to ``timeout`` s), release the rest, close."""
         if self._started:
             await self.engine.drain(timeout)
+            self._handlers.shutdown()
             self._started = False
 
     async def __aenter__(self) -> Queue:
@@ -202,12 +211,19 @@ class Queue:
         return bool(self.engine.runs)
 
 
-def progress(data: Any) -> asyncio.Task[None]:
-    """Report progress from inside a handler without holding the Job object."""
+def progress(data: Any) -> asyncio.Task[None] | None:
+    """Report progress from inside a handler without holding the Job object: from an
+    ``async def`` handler it is scheduled (a task is returned); from a sync handler's
+    thread it is recorded before this returns (None)."""
     job: Job | None = current_job.get()
     if job is None:
         raise DispatchError("snerd.progress() must be called inside a task handler")
-    return asyncio.get_running_loop().create_task(job.progress(data))
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        job.progress_sync(data)
+        return None
+    return loop.create_task(job.progress(data))
 
 
 def _raise(refusal: cmds.Refusal | None) -> None:
