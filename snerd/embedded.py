@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import difflib
+import functools
+import inspect
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from snerd.dispatcher import info
 from snerd.dispatcher.clock import Clock
@@ -37,9 +40,37 @@ from snerd.projections.views.tasks import task_view
 from snerd.rpc.protocol import Enqueue, parse_message
 
 log = logging.getLogger("snerd.queue")
+F = TypeVar("F", bound=Callable[..., Any])
 
 ProgressCallback = Callable[[str, Any], Any]
 DeadLetterCallback = Callable[[Record], Any]
+
+
+def strict_keywords(function: F) -> F:
+    """``function`` refusing unknown keyword arguments with one ``TypeError`` that names
+    every one of them, with the nearest known name (``urgency -> urgency_score?``)."""
+    known = [
+        p.name for p in inspect.signature(function).parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]  # fmt: skip
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        unknown = [name for name in kwargs if name not in known]
+        if unknown:
+            named = ", ".join(_suggest(name, known) for name in unknown)
+            raise TypeError(f"{function.__qualname__}() got unknown keyword arguments: {named}")
+        return function(*args, **kwargs)
+
+    return cast(F, checked)
+
+
+def _suggest(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+    if not close and snake in known:
+        close = [snake]
+    return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
 
 
 class _Callbacks:
@@ -144,18 +175,46 @@ class Queue:
 
     # --- commands -----------------------------------------------------------------------
 
-    async def enqueue(self, task_id: str, task_type: str, data: Any = None, **options: Any) -> str:
+    @strict_keywords
+    async def enqueue(
+        self,
+        task_id: str,
+        task_type: str,
+        data: Any = None,
+        *,
+        max_retries: int | None = None,
+        retry_after_hours: float | None = None,
+        urgency_score: float | None = None,
+        execute_at: dt.datetime | str | float | None = None,
+        cron: str | None = None,
+        trigger_after_ids: Sequence[str] | None = None,
+        rate_limit_group: str | None = None,
+        max_per_minute: int | None = None,
+        auto_dedupe: bool | None = None,
+        webhook_url: str | None = None,
+        max_execution_seconds: float | None = None,
+        pool: str | None = None,
+    ) -> str:
         """Durably enqueue; returns ``task_id``, or the id of the live duplicate when
-        ``auto_dedupe`` dropped it. Options are the protocol's enqueue fields
-        (``max_retries``, ``retry_after_hours``, ``urgency_score``, ``execute_at``
-        (datetime or RFC 3339), ``cron``, ``trigger_after_ids``, ``rate_limit_group``,
-        ``max_per_minute``, ``auto_dedupe``, ``webhook_url``, ``max_execution_seconds``,
-        ``pool``). Raises :class:`~snerd.errors.ProtocolError` naming a bad field and
-        :class:`~snerd.errors.DispatchError` for a refused enqueue."""
+        ``auto_dedupe`` dropped it. The options are the protocol's enqueue fields
+        (``specs/protocol.md`` §3.1; None = the default there); ``execute_at`` is a
+        datetime (naive = UTC), RFC 3339 text or epoch seconds. Raises
+        :class:`~snerd.errors.ProtocolError` naming a bad value,
+        :class:`~snerd.errors.DispatchError` for a refused enqueue, and ``TypeError``
+        naming every unknown keyword (``urgency=`` for ``urgency_score=``)."""
+        options: dict[str, Any] = {
+            "max_retries": max_retries, "retry_after_hours": retry_after_hours,
+            "urgency_score": urgency_score, "execute_at": execute_at, "cron": cron,
+            "trigger_after_ids": None if trigger_after_ids is None else list(trigger_after_ids),
+            "rate_limit_group": rate_limit_group, "max_per_minute": max_per_minute,
+            "auto_dedupe": auto_dedupe, "webhook_url": webhook_url,
+            "max_execution_seconds": max_execution_seconds, "pool": pool,
+        }  # fmt: skip
         message: dict[str, Any] = {"action": "enqueue", "task_id": task_id,
                                    "task_type": task_type, "task_data": data}  # fmt: skip
         for name, value in options.items():
-            message[name] = value.isoformat() if isinstance(value, dt.datetime) else value
+            if value is not None:
+                message[name] = value.isoformat() if isinstance(value, dt.datetime) else value
         command = parse_message(message)
         assert isinstance(command, Enqueue)
         outcome = await self.engine.enqueue(command)
