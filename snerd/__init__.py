@@ -6,7 +6,11 @@ daemon spawned over stdio. Heavy modules load lazily so the daemon starts fast.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the real types for users' type checkers; loaded lazily at run time
+    from snerd.embedded import Queue as Queue
+    from snerd.rpc.client import Client as Client
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Queue", "__version__"]

@@ -36,7 +36,8 @@ async def test_the_options_are_explicit_keywords(make_queue: MakeQueue, store: M
     queue = await make_queue()
     at = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     await queue.enqueue("a", "t", {"n": 1}, max_retries=0, urgency_score=2.5, execute_at=at,
-                        trigger_after_ids=("p",), rate_limit_group="g", max_per_minute=3)  # fmt: skip
+                        trigger_after_ids=("p",), rate_limit_group="g",
+                        max_per_minute=3)  # fmt: skip
     [line] = records(store, "a", "enqueued")
     assert line["maxRetries"] == 0 and line["urgencyScore"] == 2.5
     assert line["executeAt"] == "2030-01-02T03:04:05.000Z"
