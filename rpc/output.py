@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import stat
 import threading
 from typing import Any
@@ -21,7 +22,10 @@ class Output:
     async def open(cls, stream: Any) -> Output:
         fd = stream.fileno()
         mode = os.fstat(fd).st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode):
+        # Not a terminal: a tty's stdin and stdout share one open file, and the pipe
+        # transport would make stdin non-blocking under the reading thread. A person
+        # typing at a terminal needs no non-blocking writes.
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and not os.isatty(fd)):
             loop = asyncio.get_running_loop()
             transport, _ = await loop.connect_write_pipe(asyncio.Protocol, stream)
             return cls(transport, fd)
@@ -57,6 +61,15 @@ def _is_pipe(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
+def _read_blocking(fd: int) -> bytes:
+    """One read, waiting for input even if someone made the file non-blocking."""
+    while True:
+        try:
+            return os.read(fd, 1 << 16)
+        except BlockingIOError:
+            select.select([fd], [], [])
+
+
 async def open_input(stream: Any) -> asyncio.StreamReader:
     """A reader over stdin: the loop's pipe transport for pipes and sockets, a
     reading thread for anything else (a file, /dev/null, a terminal)."""
@@ -68,7 +81,7 @@ async def open_input(stream: Any) -> asyncio.StreamReader:
         return reader
 
     def pump() -> None:
-        while chunk := os.read(fd, 1 << 16):
+        while chunk := _read_blocking(fd):
             loop.call_soon_threadsafe(reader.feed_data, chunk)
         loop.call_soon_threadsafe(reader.feed_eof)
 
