@@ -1,5 +1,8 @@
 """The ``snerdmq`` console script: the daemon, or a subcommand.
 
+A person who mistypes a subcommand at a terminal (``snerdmq stat``) is asked whether
+they meant it (:func:`near_miss`) instead of getting a daemon on a new ``./stat/``.
+
 ``snerdmq [STORAGE_DIR]`` runs the daemon, exactly as the SnerdMQ SDKs spawn it, so
 anything that is not a known subcommand (no argument, or a storage path) goes to
 :func:`snerd.daemon.main` (the stdio daemon of :mod:`snerd.rpc.daemon`, with the
@@ -13,8 +16,10 @@ run (or listed by ``--help``). To add one: write the module, add a line here.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Final
@@ -78,9 +83,39 @@ def build_cli() -> Any:
     return cli
 
 
+def near_miss(argv: Sequence[str]) -> str | None:
+    """The subcommand a lone daemon argument looks like a typo of, if it names no
+    existing path and has no path form (``stat`` -> ``stats``; ``./stat`` is a path)."""
+    if len(argv) != 1:
+        return None
+    word = argv[0]
+    if not word or word.startswith((".", "~")) or "/" in word or os.sep in word:
+        return None
+    if os.path.lexists(word):
+        return None
+    close = difflib.get_close_matches(word.lower(), list(SUBCOMMANDS), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _typed_by_a_person() -> bool:
+    """stdin is a terminal: a person typed the command (an SDK spawns us on pipes, and
+    its ``BINARY [STORAGE_DIR]`` contract stays exactly as it is)."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: dispatch to a subcommand, else run the daemon."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if _typed_by_a_person() and (guess := near_miss(args)) is not None:
+        print(
+            f"snerdmq: {args[0]!r} is not a command; did you mean `snerdmq {guess}`? To run "
+            f"the daemon on a new storage directory of that name, write ./{args[0]}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     if not is_subcommand(args):
         from snerd.daemon import main as daemon_main
 

@@ -53,3 +53,41 @@ def test_the_daemon_works_on_an_interactive_terminal(tmp_path: Path) -> None:
         os.close(master)
     assert proc.stderr is not None
     assert b"BlockingIOError" not in proc.stderr.read()
+
+
+def _run_on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run ``snerdmq ARGS`` with stdin on a terminal and stdin's EOF sent at once."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SNERD_LOG_LEVEL": "warning"}
+    proc = subprocess.Popen([sys.executable, "-m", "snerd.cli", *args], cwd=cwd, stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)  # fmt: skip
+    os.close(slave)
+    try:
+        os.write(master, b"\x04")
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return proc.returncode, err.decode()
+
+
+def test_a_mistyped_subcommand_is_refused_with_a_suggestion(tmp_path: Path) -> None:
+    code, err = _run_on_a_terminal(["stat"], tmp_path)
+    assert code == 2
+    assert "did you mean `snerdmq stats`" in err and "./stat" in err
+    assert not (tmp_path / "stat").exists()
+    code, _ = _run_on_a_terminal(["./stat"], tmp_path)  # the explicit path form
+    assert code == 0 and (tmp_path / "stat" / "tasks").is_dir()
+    code, _ = _run_on_a_terminal(["stat"], tmp_path)  # now it exists: a storage path
+    assert code == 0
+
+
+def test_sdks_spawn_any_storage_name_on_pipes(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "snerd.cli", "stat"], cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, capture_output=True, env=env,
+                          timeout=WAIT)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "stat" / "tasks").is_dir()
