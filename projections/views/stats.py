@@ -106,8 +106,12 @@ def slot_free_at(state: QueueState, task: Task, now: float) -> float | None:
     return window_slot_free_at(state.windows.get(task.rate_group, ()), task.max_per_minute, now)
 
 
-def rate_groups(state: QueueState, now: float) -> list[dict[str, Any]]:
-    """Every rate-limit group with live tasks or recent dispatches: limit and window use."""
+def rate_groups(
+    state: QueueState, now: float, known_limits: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """Every rate-limit group with live tasks or recent dispatches: limit and window use.
+    A group's limit comes from its live tasks, else from ``known_limits`` (the last
+    limit the history gave it: its tasks may all have ended while the window holds)."""
     limits: dict[str, int] = {}
     waiting: dict[str, int] = {}
     for task in state.tasks.values():
@@ -121,7 +125,7 @@ def rate_groups(state: QueueState, now: float) -> list[dict[str, Any]]:
     for group in sorted(set(limits) | set(waiting) | set(state.windows)):
         window = state.windows.get(group, ())
         used = sum(1 for t in window if t > now - RATE_WINDOW_SECONDS)
-        limit = limits.get(group)
+        limit = limits.get(group) or (known_limits or {}).get(group)
         free_at = window_slot_free_at(window, limit, now) if limit else None
         out.append(
             {

@@ -31,6 +31,23 @@ def _when(value: str | None) -> Any:
         return value
 
 
+OPTION_OF: dict[str, str] = {
+    "task_id": "--id", "task_type": "TASK_TYPE", "task_data": "DATA",
+    "max_retries": "--max-retries", "retry_after_hours": "--retry-after-hours",
+    "urgency_score": "--urgency", "execute_at": "--execute-at", "cron": "--cron",
+    "trigger_after_ids": "--after", "rate_limit_group": "--rate-group",
+    "max_per_minute": "--max-per-minute", "auto_dedupe": "--dedupe",
+    "webhook_url": "--webhook", "max_execution_seconds": "--timeout", "pool": "--pool",
+}  # fmt: skip
+"""The protocol's enqueue fields and the options (or arguments) that set them here."""
+_FIELD = re.compile(r"\b(" + "|".join(OPTION_OF) + r")\b")
+
+
+def in_cli_words(message: str) -> str:
+    """A protocol error message naming this command's options instead of the fields."""
+    return _FIELD.sub(lambda m: OPTION_OF[m.group(1)], message)
+
+
 def _data(data: str | None, raw: bool) -> Any:
     if data == "-":
         data = sys.stdin.read()
@@ -113,7 +130,7 @@ def enqueue(
     try:
         command = parse_message(message)
     except ProtocolError as exc:
-        kit.fail(exc.message, code=2)
+        kit.fail(in_cli_words(exc.message), code=2)
     outcome = kit.run(_enqueue(storage, command))
     if isinstance(outcome, cmds.Refusal):
         kit.fail(outcome.message)

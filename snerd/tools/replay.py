@@ -11,6 +11,7 @@ exist or holds no log, or an unknown ``--task``.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Container, Iterable, Iterator, Mapping
@@ -54,6 +55,7 @@ class Source:
     path: Path
     files: list[Path]
     skipped: list[SkippedLine] = field(default_factory=list)
+    read: int = 0  # records read (a file none of whose lines is one is not a log)
 
     def items(self) -> Iterator[Record | SkippedLine]:
         from snerd.eventlog.history import iter_history, read_records
@@ -69,6 +71,7 @@ class Source:
         try:
             for item in self.items():
                 if not isinstance(item, SkippedLine):
+                    self.read += 1
                     yield item
                 elif keep_skipped:
                     self.skipped.append(item)
@@ -100,6 +103,14 @@ def parse_at(text: str | None) -> float | None:
 
     if text is None:
         return None
+    try:
+        seconds = float(text)  # epoch seconds, as --execute-at takes them
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds):
+            raise UsageProblem(f"--at: {text!r} is not a time")
+        return seconds
     try:
         return parse_instant(text)
     except EventError as exc:
@@ -335,7 +346,8 @@ def _opt(value: Any) -> str:
 @click.command("replay")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--task", "task_id", metavar="ID", help="Show this task's full history.")
-@click.option("--at", "at_text", metavar="TIME", help="The state as of this RFC 3339 instant.")
+@click.option("--at", "at_text", metavar="TIME",
+              help="The state as of this instant (RFC 3339 or epoch seconds).")  # fmt: skip
 @click.option("--verify", is_flag=True, help="Check integrity; exit 1 if problems are found.")
 @kit.json_option
 def replay(
@@ -346,10 +358,14 @@ def replay(
         at = parse_at(at_text)
         source = open_source(path)
         history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time())
-        if task_id is not None and entry is None:
-            raise UsageProblem(f"no task {task_id!r} in {path}")
+        if source.read == 0 and source.skipped:
+            raise UsageProblem(f"{path} is not a task log: none of its lines is a log record "
+                               f"({len(source.skipped)} skipped)")  # fmt: skip
     except UsageProblem as exc:
         kit.fail(str(exc), code=2)
+        return
+    if task_id is not None and entry is None:
+        kit.fail(f"no task {task_id!r} in {path}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
     if as_json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from snerd.projections import fields
 from snerd.tools import kit
 
 
@@ -63,14 +65,18 @@ def collect(snap: Snapshot) -> dict[str, Any]:
         by_type.setdefault(task.type, Counter())[status_of(task, now)] += 1
     for entry in state.dlq.values():
         by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
-    history = (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine))
+    limits: dict[str, int] = {}
+    history = _noting_limits(
+        (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine)), limits
+    )
+    totals = metric_totals(history)
     layout = resolve(snap.storage)
     return {
         "storage": str(snap.storage),
         "counts": counts(state, now),
-        "totals": metric_totals(history),
+        "totals": totals,
         "types": {t: dict(c) for t, c in sorted(by_type.items())},
-        "rate_groups": rate_groups(state, now),
+        "rate_groups": rate_groups(state, now, limits),
         "log": {
             "path": str(layout.log_path),
             "bytes": layout.log_path.stat().st_size,
@@ -79,6 +85,15 @@ def collect(snap: Snapshot) -> dict[str, Any]:
             "last_seq": state.last_seq,
         },
     }
+
+
+def _noting_limits(records: Iterator[Any], limits: dict[str, int]) -> Iterator[Any]:
+    """``records``, noting each rate group's last ``maxPerMinute`` on the way."""
+    for record in records:
+        group, limit = record.get(fields.F_RATE_GROUP), record.get(fields.F_MAX_PER_MINUTE)
+        if isinstance(group, str) and type(limit) is int and limit > 0:
+            limits[group] = limit
+        yield record
 
 
 def render(data: dict[str, Any]) -> None:

@@ -123,7 +123,7 @@ def test_enqueue(cli, tmp_path):
     bad = cli.invoke(enqueue, ["email", "{oops", "-s", str(store)])
     assert bad.exit_code == 2 and "not valid JSON" in bad.output
     bad = cli.invoke(enqueue, ["email", "-s", str(store), "--rate-group", "g"])
-    assert bad.exit_code == 2 and "max_per_minute" in bad.output
+    assert bad.exit_code == 2 and "--max-per-minute" in bad.output
     raw = cli.invoke(enqueue, ["note", "plain text", "--raw", "-s", str(store)])
     assert raw.exit_code == 0
 

@@ -357,7 +357,6 @@ def test_history_of_one_task_equals_the_full_audit(logs: list[dict[str, Any]], n
         (["{tmp}/missing"], "does not exist"),
         (["{tmp}"], "no log in"),
         (["{log}", "--at", "yesterday"], "--at: not an RFC 3339 timestamp"),
-        (["{log}", "--task", "nope"], "no task 'nope'"),
     ],
 )
 def test_bad_usage_exits_2(
