@@ -266,7 +266,7 @@ def main() -> None:
               f"  ({emb / raw:.2f}x raw)")  # fmt: skip
         peer = bench_huey(tmp, min(args.tasks, 2000))
         if peer is None:
-            print("(e) peer queue: huey not installed (pip install huey) - skipped")
+            print("(e) peer queue: huey not installed (pip install -e '.[bench]') - skipped")
         else:
             rate, median = peer
             print(f"(e) peer: huey SqliteHuey, 8 threads:      {rate:10.0f} tasks/s"
