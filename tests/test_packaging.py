@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILD_SDIST = (
+    "import sys; from setuptools import build_meta as m; print(m.build_sdist(sys.argv[1]))"
+)
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
@@ -42,9 +45,7 @@ def test_the_sdist_carries_specs_license_and_readme(tmp_path: Path) -> None:
     if major < 77:
         pytest.skip(f"setuptools {setuptools.__version__} < 77 (the test extra installs it)")
     done = subprocess.run(
-        [sys.executable, "-c",
-         "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))",
-         str(tmp_path)],
+        [sys.executable, "-c", BUILD_SDIST, str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -73,13 +73,17 @@ def live_view(tracker: Tracker, engine: Any, header: str, started: float) -> Gro
     return Group(Text.from_markup(f"{header}  [dim]{now - started:4.1f}s[/]"), table)
 
 
-def summary(tracker: Tracker, engine: Any) -> Table:
+def summary(tracker: Tracker, engine: Any) -> tuple[Table, str]:
+    """The table of what happened and the one-line count of that same table (both read
+    at one instant: tasks still run while the dashboard lingers)."""
     now = time.time()
     table = Table(title="What happened", title_justify="left", show_edge=False)
     for column in ("task", "outcome", "attempts", "took", "details"):
         table.add_column(column, justify="right" if column in ("attempts", "took") else "left")
+    shown: list[str] = []
     for row in tracker.rows.values():
         state = _shown_state(row, engine, now)
+        shown.append(state)
         took = f"{row.ended - row.started:.1f}s" if row.ended and row.started else ""
         table.add_row(
             row.step.id,
@@ -88,7 +92,10 @@ def summary(tracker: Tracker, engine: Any) -> Table:
             took,
             _details(row, state, engine, now),
         )
-    return table
+    done, dead = shown.count("completed"), shown.count("dead_lettered")
+    line = (f"[green]{done} completed[/], [red]{dead} dead-lettered[/], "
+            f"{len(shown) - done - dead} still waiting.")  # fmt: skip
+    return table, line
 
 
 def _details(row: Row, state: str, engine: Any, now: float) -> str:
@@ -145,7 +152,13 @@ async def run_demo(storage: Path, *, port: int | None, fast: bool, linger: bool)
         for task_type, handler in handlers(fast=fast).items():  # after enqueueing: by urgency
             queue.handler(task_type)(handler)
         await _watch(tracker, queue.engine, out, started, timeout=30.0 if fast else 60.0)
-        out.print(summary(tracker, queue.engine))
+        table, line = summary(tracker, queue.engine)
+        out.print(table)
+        out.print(
+            f"{line} Explore the log:\n  snerdmq stats {storage}\n  snerdmq dlq list {storage}\n"
+            f"  snerdmq replay {storage} --task import-legacy\n  snerdmq dashboard {storage}",
+            soft_wrap=True,
+        )
         if runner is not None and linger:
             out.print(f"Dashboard still at {url_of(runner)}; press Enter or Ctrl-C to quit.")
             await _until_enter_or_signal()
@@ -230,17 +243,4 @@ def demo(storage: Path | None, port: int, no_dashboard: bool, fast: bool) -> Non
     """
     storage = _fresh_storage(storage)
     linger = not no_dashboard and not fast and sys.stdin.isatty() and sys.stdout.isatty()
-    tracker = kit.run(
-        run_demo(storage, port=None if no_dashboard else port, fast=fast, linger=linger)
-    )
-    rows = tracker.rows.values()
-    done = sum(r.state == "completed" for r in rows)
-    dead = sum(r.state == "dead_lettered" for r in rows)
-    out = kit.console()
-    out.print(
-        f"[green]{done} completed[/], [red]{dead} dead-lettered[/], "
-        f"{len(rows) - done - dead} still waiting. Explore the log:\n"
-        f"  snerdmq stats {storage}\n  snerdmq dlq list {storage}\n"
-        f"  snerdmq replay {storage} --task import-legacy\n  snerdmq dashboard {storage}",
-        soft_wrap=True,
-    )
+    kit.run(run_demo(storage, port=None if no_dashboard else port, fast=fast, linger=linger))

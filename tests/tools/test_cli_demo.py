@@ -43,3 +43,36 @@ def test_demo_serves_the_dashboard_and_refuses_a_used_storage(tmp_path: Path) ->
     assert "Dashboard: http://127.0.0.1:" in result.output
     again = cli.invoke(demo, ["--fast", "--no-dashboard", "--storage", str(store)])
     assert again.exit_code == 1 and "already holds a queue" in again.output
+
+
+def test_the_final_count_agrees_with_the_table_while_the_dashboard_lingers(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Tasks still run while the demo waits for Enter (the throttled e-mails get their
+    slot); the count line must describe the table printed above it, not a later state."""
+    import asyncio
+    import re
+
+    from snerd.tools import demo as demo_module
+
+    async def throttled_mail_runs_meanwhile() -> None:
+        for row in tracker_seen[0].rows.values():
+            row.state = "completed"
+
+    tracker_seen: list = []
+    real_tracker = demo_module.Tracker
+
+    def tracking(*args, **kwargs):
+        tracker_seen.append(real_tracker(*args, **kwargs))
+        return tracker_seen[0]
+
+    monkeypatch.setattr(demo_module, "Tracker", tracking)
+    monkeypatch.setattr(demo_module, "_until_enter_or_signal", throttled_mail_runs_meanwhile)
+    monkeypatch.setenv("COLUMNS", "200")
+    asyncio.run(demo_module.run_demo(tmp_path / "demo", port=0, fast=True, linger=True))
+    out = capsys.readouterr().out
+    table = out[out.index("What happened"):]
+    throttled = len(re.findall(r"│ throttled", table))
+    assert throttled == 2
+    assert "10 completed, 3 dead-lettered, 2 still waiting" in out
+    assert out.index("still waiting") < out.index("press Enter")

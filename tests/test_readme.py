@@ -1,0 +1,56 @@
+"""The README's examples run as written, twice in one directory (issue 9.13)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _block_after(heading: str) -> str:
+    section = README[README.index(heading):]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, heading
+    return match.group(1)
+
+
+def _run_twice(code: str, tmp_path: Path) -> list[str]:
+    (tmp_path / "app.py").write_text(code)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    outputs = []
+    for _ in range(2):  # the second run meets the first run's storage
+        done = subprocess.run([sys.executable, "app.py"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done.stdout)
+    return outputs
+
+
+def test_the_sdk_example_runs_as_written(tmp_path: Path) -> None:
+    pytest.importorskip("snerdmq", reason="snerdmq-python is not installed")
+    if not (Path(sys.executable).parent / "snerdmq").exists():
+        pytest.skip("the snerdmq console script is not installed in this environment")
+    for out in _run_twice(_block_after("## Use it from an official SnerdMQ SDK"), tmp_path):
+        assert "sending to a@example.com" in out
+
+
+def test_the_embedded_example_runs_as_written(tmp_path: Path) -> None:
+    for out in _run_twice(_block_after("## Embedded Python API"), tmp_path):
+        assert out.count("sending to") == 2 and "0 pending" in out
+
+
+def test_the_commands_are_in_the_order_a_new_user_needs() -> None:
+    assert "node app.js" not in README  # no Node program of ours exists
+    chromium = README.index("apt-get update && apt-get install -y chromium")
+    assert chromium < README.index(".venv/bin/python -m pytest")
+    assert "press Enter" in README  # the demo waits for it in a terminal
