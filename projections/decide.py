@@ -163,7 +163,7 @@ def claim(task: Task, *, now: float, daemon: str, lease_seconds: float) -> Recor
     """The claim of the task's next attempt by ``daemon``."""
     record = _event(
         ev.CLAIMED, now, daemon,
-        **{ev.F_TASK_ID: task.id, ev.F_ATTEMPT: task.attempt + 1,
+        **{ev.F_TASK: task.id, ev.F_ATTEMPT: task.attempt + 1,
            ev.F_LEASE_UNTIL: ms(now + lease_seconds)},
     )  # fmt: skip
     if task.rate_group:
@@ -260,7 +260,7 @@ def release(task: Task, *, reason: str, now: float, daemon: str) -> Record:
     attempt = task.claim.attempt if task.claim else task.attempt
     return _event(
         ev.CLAIM_RELEASED, now, daemon,
-        **{ev.F_TASK_ID: task.id, ev.F_ATTEMPT: attempt, ev.F_REASON: reason},
+        **{ev.F_TASK: task.id, ev.F_ATTEMPT: attempt, ev.F_REASON: reason},
     )  # fmt: skip
 
 
@@ -268,7 +268,7 @@ def progress(task: Task, data: Any, *, now: float, daemon: str) -> Record:
     attempt = task.claim.attempt if task.claim else task.attempt
     return _event(
         ev.PROGRESSED, now, daemon,
-        **{ev.F_TASK_ID: task.id, ev.F_ATTEMPT: attempt, ev.F_DATA: data},
+        **{ev.F_TASK: task.id, ev.F_ATTEMPT: attempt, ev.F_DATA: data},
     )  # fmt: skip
 
 
@@ -320,7 +320,7 @@ def purge(
     if key not in state.dlq:
         return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
     records = fail_through(state, [key], now=now, daemon=daemon)
-    records.append(_event(ev.PURGED, now, daemon, **{ev.F_DLQ_KEY: key, ev.F_TASK_ID: key}))
+    records.append(_event(ev.PURGED, now, daemon, **{ev.F_DLQ_KEY: key, ev.F_TASK: key}))
     return records, None
 
 

@@ -38,10 +38,12 @@ from snerd.projections.fields import (
     F_LEASE_UNTIL,
     F_REASON,
     F_SEQ,
+    F_TASK,
     F_TASK_DATA,
     F_TASK_ID,
     F_TIMES,
     F_TS,
+    LIGHT_EVENTS,
     PROGRESSED,
     PURGED,
     RATE_WINDOW,
@@ -85,6 +87,21 @@ def _seq(record: Record) -> int | None:
 def _count(value: Any) -> int:
     """An attempt count: a non-negative integer, else 0."""
     return value if type(value) is int and value >= 0 else 0
+
+
+def task_id_of(record: Record) -> Any:
+    """The task a record is about: ``taskId`` on a full-state line, ``task`` on a light
+    one (``taskId`` on the light lines of logs written before ``task`` existed)."""
+    event = record.get(F_EVENT)
+    if type(event) is str and event in LIGHT_EVENTS:
+        task_id = record.get(F_TASK)
+        if task_id is not None:
+            return task_id
+    return record.get(F_TASK_ID)
+
+
+def _light_id(record: Record) -> str | None:
+    return _text(task_id_of(record))
 
 
 def _text(value: Any) -> str | None:
@@ -362,11 +379,11 @@ def _tombstone(kind: type[Succeeded] | type[Cancelled]) -> Any:
 
 def _claimed(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
     attempt = record.get(F_ATTEMPT)
-    task_id = _text(record.get(F_TASK_ID))
+    task_id = _light_id(record)
     if attempt is not None and (type(attempt) is not int or attempt < 1):
         return Unusable(f"{F_ATTEMPT} must be an integer >= 1", seq, ts, daemon, record)
     if task_id is None or daemon is None:
-        return Unusable(f"{F_TASK_ID} and {F_DAEMON} must be non-empty strings",
+        return Unusable(f"{F_TASK} and {F_DAEMON} must be non-empty strings",
                         seq, ts, daemon, record)  # fmt: skip
     group = record.get(F_GROUP)
     lease = ms_time(record.get(F_LEASE_UNTIL))
@@ -375,26 +392,26 @@ def _claimed(record: Record, seq: int | None, ts: float | None, daemon: str | No
 
 
 def _progressed(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
-    task_id = _text(record.get(F_TASK_ID))
+    task_id = _light_id(record)
     if task_id is None:
-        return Unusable(f"{F_TASK_ID} must be a non-empty string", seq, ts, daemon, record)
+        return Unusable(f"{F_TASK} must be a non-empty string", seq, ts, daemon, record)
     return Progressed(task_id, record.get(F_ATTEMPT), record.get(F_DATA), seq, ts, daemon,
                       record)  # fmt: skip
 
 
 def _released(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
-    task_id = _text(record.get(F_TASK_ID))
+    task_id = _light_id(record)
     if task_id is None:
-        return Unusable(f"{F_TASK_ID} must be a non-empty string", seq, ts, daemon, record)
+        return Unusable(f"{F_TASK} must be a non-empty string", seq, ts, daemon, record)
     reason = record.get(F_REASON)
     return ClaimReleased(task_id, record.get(F_ATTEMPT), reason if type(reason) is str else None,
                          seq, ts, daemon, record)  # fmt: skip
 
 
 def _purged(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
-    key = record.get(F_DLQ_KEY) or _text(record.get(F_TASK_ID))
+    key = record.get(F_DLQ_KEY) or _light_id(record)
     if not key:
-        return Unusable(f"{F_DLQ_KEY} or {F_TASK_ID} is required", seq, ts, daemon, record)
+        return Unusable(f"{F_DLQ_KEY} or {F_TASK} is required", seq, ts, daemon, record)
     return Purged(str(key), seq, ts, daemon, record)
 
 

@@ -58,6 +58,12 @@ F_DLQ_KEY: Final = "dlqKey"
 F_GROUP: Final = "group"
 F_TIMES: Final = "times"
 F_COMPACTED: Final = "compacted"  # a snapshot line written by compaction
+F_TASK: Final = "task"
+"""The task a light line (claimed, progress, claim_released, purged) is about. Not
+``taskId``: SnerdMQ's readers (its SDKs' dashboards) take the last line with a
+``taskId`` as the task's whole state, which a light line is not. Logs written before
+this name carry ``taskId`` on light lines; every reader of ours takes either
+(:func:`snerd.projections.events.task_id_of`)."""
 
 # --- SnerdMQ task fields -----------------------------------------------------------
 

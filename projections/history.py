@@ -138,7 +138,7 @@ def _subject(event: Event) -> str | None:
     if type(event) is Purged:
         return event.key
     if type(event) is Unusable:
-        task_id = event.record.get(ev.F_TASK_ID)
+        task_id = ev.task_id_of(event.record)
         return task_id if isinstance(task_id, str) and task_id else None
     task_id = getattr(event, "task_id", None)
     return task_id if isinstance(task_id, str) else None

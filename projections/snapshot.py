@@ -44,7 +44,7 @@ def task_records(task: Task) -> list[dict[str, Any]]:
     if task.phase == ACTIVE and claim is not None:
         light: dict[str, Any] = {
             ev.F_EVENT: ev.CLAIMED,
-            ev.F_TASK_ID: task.id,
+            ev.F_TASK: task.id,
             ev.F_TS: _ms(claim.at),
             ev.F_DAEMON: claim.daemon,
             ev.F_ATTEMPT: claim.attempt,
@@ -56,7 +56,7 @@ def task_records(task: Task) -> list[dict[str, Any]]:
             out.append(
                 {
                     ev.F_EVENT: ev.PROGRESSED,
-                    ev.F_TASK_ID: task.id,
+                    ev.F_TASK: task.id,
                     ev.F_ATTEMPT: claim.attempt,
                     ev.F_DATA: task.progress,
                 }

@@ -22,13 +22,13 @@ MAX_ENTRIES: Final = 2000
 
 def subject(record: Mapping[str, Any]) -> Any:
     """The id a record is shown under: a cron occurrence's DLQ key, else its task id."""
-    return record.get(ev.F_DLQ_KEY) or record.get(ev.F_TASK_ID)
+    return record.get(ev.F_DLQ_KEY) or ev.task_id_of(record)
 
 
 def concerns(record: Mapping[str, Any], ids: str | set[str]) -> bool:
     """Whether ``record`` is about one of ``ids`` (a task id or a cron DLQ key)."""
     wanted = {ids} if isinstance(ids, str) else ids
-    return record.get(ev.F_TASK_ID) in wanted or record.get(ev.F_DLQ_KEY) in wanted
+    return ev.task_id_of(record) in wanted or record.get(ev.F_DLQ_KEY) in wanted
 
 
 def parents_named(records: Iterable[Mapping[str, Any]], ids: set[str]) -> set[str]:

@@ -137,7 +137,7 @@ class Monitor:
 
     def _remember(self, records: Sequence[Record]) -> None:
         for record in records:
-            task_id = record.get(ev.F_TASK_ID)
+            task_id = ev.task_id_of(record)
             if not isinstance(task_id, str):
                 continue
             trail = self.events.pop(task_id, None) or []
@@ -195,8 +195,7 @@ class Monitor:
 def _changed_ids(records: Sequence[Record], delta: Delta) -> list[str]:
     ids: dict[str, None] = {}
     for record in records:
-        for key in (ev.F_TASK_ID, ev.F_DLQ_KEY):
-            value = record.get(key)
+        for value in (ev.task_id_of(record), record.get(ev.F_DLQ_KEY)):
             if isinstance(value, str):
                 ids[value] = None
     for name in ("ready", "delayed", "blocked", "doomed", "claimed", "released", "finished"):

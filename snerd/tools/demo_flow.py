@@ -169,7 +169,7 @@ class Tracker:
 
     def observe(self, records: Sequence[dict[str, Any]], delta: Any) -> None:
         for record in records:
-            row = self.rows.get(str(record.get(ev.F_TASK_ID)))
+            row = self.rows.get(str(ev.task_id_of(record)))
             if row is not None:
                 self._apply(row, record)
 

@@ -194,7 +194,7 @@ def _noting_parents(
 
 
 def _names(record: Mapping[str, Any], ids: Container[str]) -> bool:
-    task_id, key = record.get(ev.F_TASK_ID), record.get(ev.F_DLQ_KEY)
+    task_id, key = ev.task_id_of(record), record.get(ev.F_DLQ_KEY)
     return (isinstance(task_id, str) and task_id in ids) or (bool(key) and str(key) in ids)
 
 

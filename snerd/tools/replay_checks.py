@@ -62,6 +62,7 @@ _NAME: Final[Rule] = (_name, "a non-empty string")
 
 FIELD_RULES: Final[dict[str, Rule]] = {
     ev.F_TASK_ID: _NAME,
+    ev.F_TASK: _NAME,
     ev.F_TASK_TYPE: _TEXT,
     ev.F_TASK_DATA: (_text, "a string (JSON text)"),
     ev.F_RETRY_COUNT: (_int_at_least(0), "an integer >= 0"),
@@ -111,9 +112,9 @@ REQUIRED: Final[dict[str | None, tuple[str, ...]]] = {
     ev.DEAD_LETTERED: _FULL,
     ev.SUCCEEDED: (ev.F_TASK_ID,),
     ev.CANCELLED: (ev.F_TASK_ID,),
-    ev.CLAIMED: (ev.F_TASK_ID, ev.F_DAEMON),
-    ev.PROGRESSED: (ev.F_TASK_ID,),
-    ev.CLAIM_RELEASED: (ev.F_TASK_ID,),
+    ev.CLAIMED: (ev.F_TASK, ev.F_DAEMON),
+    ev.PROGRESSED: (ev.F_TASK,),
+    ev.CLAIM_RELEASED: (ev.F_TASK,),
     ev.RATE_WINDOW: (ev.F_GROUP, ev.F_TIMES),
     ev.SNAPSHOT: (ev.F_SEQ,),
 }
@@ -130,10 +131,12 @@ def field_problems(record: Mapping[str, Any]) -> list[str]:
     event = record.get(ev.F_EVENT)
     known = event is None or (isinstance(event, str) and event in ev.ALL_EVENTS)
     for name in REQUIRED.get(event, ()) if known else ():
-        if record.get(name) is None:
+        if name == ev.F_TASK and ev.task_id_of(record) is None:  # taskId in older logs
+            out.append(f"{ev.F_TASK} is required on a {event} line")
+        elif name != ev.F_TASK and record.get(name) is None:
             out.append(f"{name} is required on a {event or 'SnerdMQ state'} line")
-    if event == ev.PURGED and record.get(ev.F_DLQ_KEY) is None and record.get(ev.F_TASK_ID) is None:
-        out.append(f"{ev.F_DLQ_KEY} (or {ev.F_TASK_ID}) is required on a purged line")
+    if event == ev.PURGED and record.get(ev.F_DLQ_KEY) is None and ev.task_id_of(record) is None:
+        out.append(f"{ev.F_DLQ_KEY} (or {ev.F_TASK}) is required on a purged line")
     for name, value in record.items():
         rule = FIELD_RULES.get(name)
         if rule is not None and value is not None and not rule[0](value):
@@ -151,7 +154,7 @@ def transition_problems(record: Mapping[str, Any], before: Before) -> list[str]:
 
 
 def _gone(record: Mapping[str, Any], before: Before, what: str) -> str:
-    task_id = record.get(ev.F_TASK_ID)
+    task_id = ev.task_id_of(record)
     if before.ended is not None:
         return f"{what} of task {task_id!r}, which had already ended ({before.ended})"
     return f"{what} of unknown task {task_id!r}"
@@ -189,7 +192,7 @@ def _running_only(record: Mapping[str, Any], before: Before) -> list[str]:
     event = record.get(ev.F_EVENT)
     task = before.task
     if task is None or task.claim is None:
-        return [f"{event} for task {record.get(ev.F_TASK_ID)!r}, which is not running"]
+        return [f"{event} for task {ev.task_id_of(record)!r}, which is not running"]
     attempt = record.get(ev.F_ATTEMPT)
     if attempt is not None and attempt != task.claim.attempt:
         return [f"{event} names attempt {attempt} but attempt {task.claim.attempt} runs"]
@@ -212,7 +215,7 @@ def _enqueued(record: Mapping[str, Any], before: Before) -> list[str]:
 
 
 def _dlq_key(record: Mapping[str, Any], before: Before) -> list[str]:
-    key = record.get(ev.F_DLQ_KEY) or record.get(ev.F_TASK_ID)
+    key = record.get(ev.F_DLQ_KEY) or ev.task_id_of(record)
     if isinstance(key, str) and key not in before.dlq:
         return [f"{record.get(ev.F_EVENT)} of {key!r}, which is not dead-lettered"]
     return []

@@ -58,7 +58,7 @@ def events_of(storage: Path, task_id: str, event: str | None = None) -> list[Mes
     """The log records about ``task_id`` (optionally of one event type)."""
     return [
         r for r in read_log(storage)
-        if r.get("taskId") == task_id and (event is None or r.get("event") == event)
+        if r.get("taskId", r.get("task")) == task_id and (event is None or r.get("event") == event)
     ]  # fmt: skip
 
 

@@ -50,7 +50,7 @@ async def test_three_daemons_execute_every_task_exactly_once(spawn) -> None:
     per_daemon = collections.Counter(index for index, _, _ in executed)
     assert len(per_daemon) > 1, per_daemon
     records = read_log(wires[0].storage)
-    claims = collections.Counter(r["taskId"] for r in records if r.get("event") == "claimed")
+    claims = collections.Counter(r["task"] for r in records if r.get("event") == "claimed")
     assert set(claims.values()) == {1}
     await wait_until(
         lambda: sum(r.get("event") == "succeeded" for r in read_log(wires[0].storage)) == n,
@@ -75,7 +75,7 @@ async def test_tasks_enqueued_by_one_daemon_are_shared_with_the_others(spawn) ->
     await wait_until(lambda: len(executed) >= n, 60, f"{n} executions")
     assert sorted(t for _, t in executed) == sorted(f"p{i}" for i in range(n))
     claims = collections.Counter(
-        r["taskId"] for r in read_log(producer.storage) if r.get("event") == "claimed"
+        r["task"] for r in read_log(producer.storage) if r.get("event") == "claimed"
     )  # each task claimed once: no second execute can be on its way
     assert set(claims.values()) == {1} and len(claims) == n
     assert len({index for index, _ in executed}) == 2

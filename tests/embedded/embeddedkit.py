@@ -20,7 +20,7 @@ def records(store: MemoryStore, task_id: str | None = None, event: str | None = 
     out = []
     for line in store.lines:
         record = orjson.loads(line)
-        if task_id is not None and record.get("taskId") != task_id:
+        if task_id is not None and record.get("taskId", record.get("task")) != task_id:
             continue
         if event is not None and record.get("event") != event:
             continue

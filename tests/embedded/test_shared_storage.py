@@ -127,7 +127,7 @@ async def test_work_is_shared_and_each_task_runs_once(
     await eventually(all_ran, 30)
     assert sorted(t for _, t in runs) == sorted(f"s{i}" for i in range(n))
     claims = collections.Counter(
-        r["taskId"] for r in read_log(storage) if r.get("event") == "claimed"
+        r["task"] for r in read_log(storage) if r.get("event") == "claimed"
     )  # every attempt claimed once, so no task can have run twice
     assert set(claims.values()) == {1} and len(claims) == n
     assert {who for who, _ in runs} == {"embedded", "daemon"}

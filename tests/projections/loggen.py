@@ -140,10 +140,15 @@ def upsert(b: Bytes) -> Record:
     return ours(b, record)
 
 
+def light_name(b: Bytes) -> str:
+    """The task field of a light line: ``task``, or ``taskId`` as older logs wrote it."""
+    return ev.F_TASK if b.flag() else ev.F_TASK_ID
+
+
 def claim(b: Bytes) -> Record:
     record: Record = {
         ev.F_EVENT: ev.CLAIMED,
-        ev.F_TASK_ID: b.pick(IDS),
+        light_name(b): b.pick(IDS),
         ev.F_DAEMON: b.pick(DAEMONS),
         ev.F_TS: b.ms(),
     }
@@ -190,10 +195,10 @@ def light(b: Bytes) -> Record:
         if b.flag(8):
             record[ev.F_TIMES].append(b.pick(ODD_VALUES))
     elif kind == ev.PURGED:
-        key = ev.F_DLQ_KEY if b.flag() else ev.F_TASK_ID
+        key = ev.F_DLQ_KEY if b.flag() else light_name(b)
         record[key] = b.pick(DLQ_KEYS)
     else:
-        record[ev.F_TASK_ID] = b.pick(IDS)
+        record[light_name(b)] = b.pick(IDS)
         if b.flag():
             record[ev.F_ATTEMPT] = b.small()
         if kind == ev.PROGRESSED:

@@ -111,7 +111,7 @@ def test_snapshot_is_headed_by_windows_then_dlq_then_live_tasks() -> None:
         {"event": "dead_lettered", "taskId": "x", "taskType": "t", "ts": 11_000},
     ]
     out = snapshot_records(folded(records, 20.0), 20.0)
-    assert [(r["event"], r.get("taskId")) for r in out] == [
+    assert [(r["event"], r.get("taskId", r.get("task"))) for r in out] == [
         ("rate_window", None),
         ("dead_lettered", "x"),
         ("enqueued", "p"),
