@@ -89,6 +89,15 @@ F_TRIGGER_AFTER_IDS: Final = "triggerAfterIds"
 F_LAST_ERROR: Final = "LastJobError"  # SnerdMQ's spelling: {"error": str, "retry_worthy": bool}
 F_LAST_ERROR_TEXT: Final = "LastErrorObj"  # SnerdMQ's plain-text copy of the last error
 F_CREATED_AT: Final = "createdAt"
+F_CRON_TEXT: Final = "cronText"
+"""Ours: the cron text as given, when ``cronExpression`` holds the form SnerdMQ's
+reader takes instead (six fields, seconds first: ``schedule.snerdmq_cron``)."""
+F_MAX_EXECUTION_EXACT: Final = "maxExecutionSecondsExact"
+"""Ours: a timeout that is not a whole number of seconds, exactly; SnerdMQ reads
+``maxExecutionSeconds`` as an integer, so that field holds it rounded up."""
+OUR_TASK_FIELDS: Final = frozenset({F_CRON_TEXT, F_MAX_EXECUTION_EXACT})
+"""Our fields that restate a SnerdMQ task field exactly (read back into it, so never
+kept as unknown fields)."""
 F_UNKNOWN_PARENTS: Final = "unknownParents"
 """Ours, on a task's lines from its ``enqueued`` on: the ``triggerAfterIds`` that were
 neither live nor dead-lettered when it was enqueued (it did not wait for them). Kept

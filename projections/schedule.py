@@ -34,6 +34,7 @@ __all__ = [
     "parse_cron",
     "parse_instant",
     "reschedule",
+    "snerdmq_cron",
 ]
 
 ALIASES = frozenset(
@@ -213,6 +214,47 @@ def _cron_next(cron: Cron, after: float) -> float:
             f"cron expression {cron.text!r} has no fire time after {after!r}: {exc}"
         ) from None
     return float(fire)
+
+
+_DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN")
+_DAY_NUMBER = re.compile(r"\b([0-7])\b")
+
+
+def snerdmq_cron(text: str) -> str | None:
+    """The same schedule as SnerdMQ's reader takes it (six fields, seconds first), when
+    ``text`` is a form it cannot read and one exists; else None.
+
+    Five fields get a leading ``0`` (second 0: croniter fires five-field schedules on
+    the minute too) and their numeric days of the week become names (SUN..SAT: readers
+    number weekdays differently, names mean the same to all). An interval shorthand
+    becomes the cron schedule with the same period when the period divides the next
+    unit (``30s`` -> ``*/30 * * * * *``, ``10m``, ``2h``, ``1d``); it then fires on the
+    clock's multiples of the period rather than counted from the previous fire.
+    """
+    stripped = text.strip()
+    short = _SHORTHAND.match(stripped.lower())
+    if short:
+        return _interval_cron(int(short.group(1)) * int(_UNITS[short.group(2)]))
+    fields = stripped.split()
+    if len(fields) != 5 or stripped.startswith("@"):
+        return None
+    dow = fields[4]
+    if "/" not in dow:
+        dow = _DAY_NUMBER.sub(lambda m: _DAY_NAMES[int(m.group(1))], dow)
+    return " ".join(("0", *fields[:4], dow))
+
+
+def _interval_cron(seconds: int) -> str | None:
+    if 0 < seconds < 60 and 60 % seconds == 0:
+        return f"*/{seconds} * * * * *"
+    minutes, hours = seconds // 60, seconds // 3600
+    if seconds % 60 == 0 and 0 < minutes < 60 and 60 % minutes == 0:
+        return f"0 */{minutes} * * * *"
+    if seconds % 3600 == 0 and 0 < hours < 24 and 24 % hours == 0:
+        return f"0 0 */{hours} * * *"
+    if seconds == 86400:
+        return "0 0 0 * * *"
+    return None
 
 
 def _show(value: object) -> str:

@@ -8,6 +8,7 @@ writes them back, so a line survives a read/write round trip unchanged.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
@@ -16,7 +17,7 @@ from pyrsistent import pmap
 
 from snerd.errors import EventError
 from snerd.projections import fields as ev
-from snerd.projections.schedule import format_instant, parse_instant
+from snerd.projections.schedule import format_instant, parse_instant, snerdmq_cron
 
 # Phases of a live task inside the projection.
 READY: Final = "ready"  # runnable now: in its lane's heap
@@ -178,7 +179,7 @@ def _data(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-_KNOWN_FIELDS: Final = ev.TASK_FIELDS | ev.OUR_FIELDS
+_KNOWN_FIELDS: Final = ev.TASK_FIELDS | ev.OUR_FIELDS | ev.OUR_TASK_FIELDS
 
 
 def require_ids(record: Mapping[str, Any]) -> tuple[str, str]:
@@ -226,11 +227,11 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
         urgency=_number(get(ev.F_URGENCY), ev.F_URGENCY, 0.0),
         execute_at=_since_creation(record, ev.F_EXECUTE_AT, created),
         retry_after_time=_since_creation(record, ev.F_RETRY_AFTER_TIME, created),
-        cron=_text(get(ev.F_CRON)),
+        cron=_text(get(ev.F_CRON_TEXT)) or _text(get(ev.F_CRON)),
         webhook_url=_text(get(ev.F_WEBHOOK_URL)),
         max_execution_seconds=_positive(
-            get(ev.F_MAX_EXECUTION_SECONDS), ev.F_MAX_EXECUTION_SECONDS
-        ),
+            get(ev.F_MAX_EXECUTION_EXACT), ev.F_MAX_EXECUTION_EXACT
+        ) or _positive(get(ev.F_MAX_EXECUTION_SECONDS), ev.F_MAX_EXECUTION_SECONDS),
         pool=_text(get(ev.F_POOL)),
         rate_group=_text(get(ev.F_RATE_GROUP)),
         max_per_minute=int(per_minute) or None,
@@ -274,9 +275,19 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
     _put(record, ev.F_MAX_PER_MINUTE, task.max_per_minute)
     _put(record, ev.F_AUTO_DEDUPE, task.auto_dedupe)
     _put(record, ev.F_FINGERPRINT, task.fingerprint)
-    _put(record, ev.F_CRON, task.cron)
+    if task.cron is not None:
+        readable = snerdmq_cron(task.cron)
+        if readable is None:
+            record[ev.F_CRON] = task.cron
+        else:  # SnerdMQ's form where it reads it; ours as given beside it
+            record[ev.F_CRON], record[ev.F_CRON_TEXT] = readable, task.cron
     _put(record, ev.F_WEBHOOK_URL, task.webhook_url)
-    _put(record, ev.F_MAX_EXECUTION_SECONDS, _whole(task.max_execution_seconds))
+    limit = task.max_execution_seconds
+    if limit is not None:
+        whole = float(limit).is_integer()
+        record[ev.F_MAX_EXECUTION_SECONDS] = int(limit) if whole else math.ceil(limit)
+        if not whole:
+            record[ev.F_MAX_EXECUTION_EXACT] = limit
     _put(record, ev.F_POOL, task.pool)
     _put(record, ev.F_TRIGGER_AFTER_IDS, task.parents)
     if task.last_error is not None:
@@ -284,13 +295,6 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
         record[ev.F_LAST_ERROR_TEXT] = task.last_error
     _put(record, ev.F_CREATED_AT, _fmt(task.created_at))
     return record
-
-
-def _whole(number: float | None) -> float | int | None:
-    """SnerdMQ reads maxExecutionSeconds as an integer: write whole numbers as such."""
-    if number is not None and float(number).is_integer():
-        return int(number)
-    return number
 
 
 def _fmt(instant: float | None) -> str | None:

@@ -95,9 +95,10 @@ def _row(record: Mapping[str, Any], status: str, progress: Any = None) -> dict[s
         "retryCount": record.get(ev.F_RETRY_COUNT, 0),
         "maxRetries": record.get(ev.F_MAX_RETRIES, 3),
         "retryAfterTime": record.get(ev.F_RETRY_AFTER_TIME),
-        "cronExpression": record.get(ev.F_CRON),
+        "cronExpression": record.get(ev.F_CRON_TEXT) or record.get(ev.F_CRON),
         "webhookUrl": record.get(ev.F_WEBHOOK_URL),
-        "maxExecutionSeconds": record.get(ev.F_MAX_EXECUTION_SECONDS),
+        "maxExecutionSeconds": record.get(ev.F_MAX_EXECUTION_EXACT)
+        or record.get(ev.F_MAX_EXECUTION_SECONDS),
         "state": status,
         "progressData": progress,
         "lastError": last_error,

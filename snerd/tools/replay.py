@@ -36,6 +36,7 @@ from snerd.projections.history import (
     until,
 )
 from snerd.projections.schedule import format_instant
+from snerd.projections.task import record_error
 from snerd.tools import kit
 from snerd.tools.replay_checks import Verifier
 
@@ -56,6 +57,8 @@ class Source:
     files: list[Path]
     skipped: list[SkippedLine] = field(default_factory=list)
     read: int = 0  # records read (a file none of whose lines is one is not a log)
+    ambiguous: dict[str, None] = field(default_factory=dict)
+    """Tasks whose last line is a SnerdMQ tombstone that may be a dead letter (below)."""
 
     def items(self) -> Iterator[Record | SkippedLine]:
         from snerd.eventlog.history import iter_history, read_records
@@ -72,11 +75,24 @@ class Source:
             for item in self.items():
                 if not isinstance(item, SkippedLine):
                     self.read += 1
+                    self._note_ambiguity(item)
                     yield item
                 elif keep_skipped:
                     self.skipped.append(item)
         except LogError as exc:
             raise UsageProblem(str(exc)) from None
+
+
+    def _note_ambiguity(self, record: Record) -> None:
+        """SnerdMQ writes no error on the line that dead-letters a task with
+        ``maxRetries`` 0: its tombstone reads as a success (log-format §5)."""
+        task_id = record.get(ev.F_TASK_ID)
+        if not isinstance(task_id, str):
+            return
+        self.ambiguous.pop(task_id, None)
+        if (ev.F_EVENT not in record and record.get(ev.F_DELETED_AT)
+                and record.get(ev.F_MAX_RETRIES) == 0 and record_error(record) is None):
+            self.ambiguous[task_id] = None
 
 
 def open_source(path: Path) -> Source:
@@ -238,6 +254,7 @@ def summary(history: History, source: Source) -> dict[str, Any]:
         "counts": history.counts(),
         "skipped_lines": len(source.skipped),
         "events": history.events,
+        "ambiguous_completed": sorted(source.ambiguous),
     }
 
 
@@ -300,6 +317,15 @@ def render_summary(history: History, source: Source, at: float | None) -> None:
     for state, n in history.counts().items():
         table.add_row(kit.styled_state(state), str(n))
     out.print(table)
+    if source.ambiguous:
+        names = ", ".join(sorted(source.ambiguous)[:10]) + (
+            ", ..." if len(source.ambiguous) > 10 else "")  # fmt: skip
+        out.print(
+            f"[yellow]Note:[/] {len(source.ambiguous)} task(s) ended on a SnerdMQ line with "
+            "maxRetries 0 and no error, which SnerdMQ also writes for a dead letter; "
+            f"counted as completed: {names}",
+            soft_wrap=True,
+        )
 
 
 def render_task(entry: TaskHistory) -> None:

@@ -56,3 +56,19 @@ async def test_ack_and_stderr_name_unknown_parents(daemon: Wire) -> None:
     [line] = await daemon.logged("child", "dead_lettered")  # failed through from "dead"
     assert line["unknownParents"] == ["mistyped"]  # recorded, so every reader can show it
     assert (await daemon.get("child"))["unknownParents"] == ["mistyped"]
+
+
+async def test_schedules_and_timeouts_are_stored_as_snerdmq_reads_them(daemon: Wire) -> None:
+    """SnerdMQ's reader takes six-field cron (seconds first) and whole-second timeouts."""
+    await daemon.ack("daily", "nobody", cron="13 4 * * 1-5")
+    await daemon.ack("often", "nobody", cron="30s")
+    await daemon.ack("odd", "nobody", cron="7m")
+    await daemon.ack("quick", "nobody", max_execution_seconds=2.5)
+    lines = {t: (await daemon.logged(t, "enqueued"))[0] for t in ("daily", "often", "odd", "quick")}
+    assert lines["daily"]["cronExpression"] == "0 13 4 * * MON-FRI"
+    assert lines["daily"]["cronText"] == "13 4 * * 1-5"
+    assert lines["often"]["cronExpression"] == "*/30 * * * * *"
+    assert lines["odd"]["cronExpression"] == "7m" and "cronText" not in lines["odd"]
+    assert lines["quick"]["maxExecutionSeconds"] == 3  # an integer, rounded up
+    assert lines["quick"]["maxExecutionSecondsExact"] == 2.5
+    assert (await daemon.get("quick"))["maxExecutionSecondsExact"] == 2.5
