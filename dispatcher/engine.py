@@ -67,8 +67,13 @@ class EngineConfig:
     timeout_grace: float = 1.0
     housekeeping_seconds: float = 1.0
     drain_seconds: float = 30.0
-    compact_min_bytes: int = 64 << 20
+    compact_min_bytes: int = 1 << 20
     compact_dead_ratio: float = 0.5
+    compact_dead_records: int = 10_000
+    """Compaction thresholds (:func:`snerd.dispatcher.housekeeping.should_compact`): a
+    log of ``compact_min_bytes`` or more that is ``compact_dead_ratio`` dead, or any log
+    with ``compact_dead_records`` dead records (SnerdMQ compacts after 10,000 appends),
+    so a long-running small queue keeps a small live log."""
     passive: bool = False
     """Follow the log and accept operator commands only: no dispatch, no housekeeping
     (dashboards and CLI tools: they never write unless told to)."""
@@ -111,6 +116,7 @@ class Engine:
         self._idle = asyncio.Event()
         self._idle.set()
         self._compacting = False
+        self._snapshot_seq: int | None = None  # the seq the live log's snapshot covers
         self._hurry = asyncio.Event()
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
@@ -120,6 +126,9 @@ class Engine:
     # --- log listener (the only writer of self.state) --------------------------------
 
     def on_records(self, records: Sequence[Record]) -> None:
+        if records and records[0].get(ev.F_EVENT) == ev.SNAPSHOT:  # a file's first line
+            seq = records[0].get(ev.F_SEQ)
+            self._snapshot_seq = seq if type(seq) is int else None
         if self._bulk is not None:
             self._bulk.feed(records)
             return
@@ -136,6 +145,7 @@ class Engine:
 
     def on_reset(self) -> None:
         self.state = empty()
+        self._snapshot_seq = None
         self.dispatcher.wake()
         for observer in self.observers:
             observer((), Delta(reset=True))
@@ -343,10 +353,17 @@ class Engine:
         """Housekeeping rounds completed (tests wait on it)."""
         return self.housekeeper.rounds
 
-    async def compact(self) -> None:
-        """Rewrite the log as a snapshot of the current state (others may keep going)."""
-        if self._compacting:
-            return
+    @property
+    def appended_since_snapshot(self) -> bool:
+        """Whether the live log holds records after its compaction snapshot (or has none):
+        compacting a log nothing was appended to would only add another archive."""
+        return self._snapshot_seq is None or self.state.last_seq > self._snapshot_seq
+
+    async def compact(self) -> bool:
+        """Rewrite the log as a snapshot of the current state (others may keep going).
+        False when there was nothing to compact (or a compaction is under way)."""
+        if self._compacting or not self.appended_since_snapshot:
+            return False
         from snerd.projections.snapshot import snapshot_records
 
         self._compacting = True
@@ -354,3 +371,4 @@ class Engine:
             await self.log.compact(snapshot_records(self.state, self.clock.now()))
         finally:
             self._compacting = False
+        return True

@@ -20,7 +20,7 @@ from snerd.projections.commands import Release
 from snerd.projections.plan import plan
 
 if TYPE_CHECKING:
-    from snerd.dispatcher.engine import Engine
+    from snerd.dispatcher.engine import Engine, EngineConfig
 
 log = logging.getLogger("snerd.housekeeping")
 
@@ -84,12 +84,25 @@ class Housekeeper:
             await engine.run_command(Release(orphans, reason))
 
     async def maybe_compact(self) -> None:
-        """Compact once the log is at least ``compact_min_bytes`` and at least
-        ``compact_dead_ratio`` of its records are dead."""
+        """Compact when :func:`should_compact` says so and records were appended since
+        the last compaction."""
         engine = self.engine
         stats = engine.log.stats()
-        if stats.size_bytes < engine.config.compact_min_bytes or stats.records == 0:
-            return
         live = len(engine.state.tasks) + len(engine.state.dlq) + len(engine.runs)
-        if (stats.records - live) / stats.records >= engine.config.compact_dead_ratio:
+        if should_compact(engine.config, stats.size_bytes, stats.records, live) and (
+            engine.appended_since_snapshot
+        ):
             await engine.compact()
+
+
+def should_compact(config: EngineConfig, size_bytes: int, records: int, live: int) -> bool:
+    """Whether a log of ``size_bytes`` holding ``records`` records, ``live`` of them
+    still needed (about one per live or dead-lettered task), is worth compacting: it
+    has ``compact_dead_records`` dead records, or it is at least ``compact_min_bytes``
+    large and ``compact_dead_ratio`` dead."""
+    dead = records - live
+    if dead <= 0:
+        return False
+    if dead >= config.compact_dead_records:
+        return True
+    return size_bytes >= config.compact_min_bytes and dead / records >= config.compact_dead_ratio

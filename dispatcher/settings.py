@@ -54,5 +54,6 @@ def engine_config(env: Mapping[str, str]) -> EngineConfig:
         lease_seconds=_number(env, "SNERD_LEASE_SECONDS", 3600.0, minimum=1),
         drain_seconds=_number(env, "SNERD_DRAIN_TIMEOUT", 30.0, minimum=0),
         housekeeping_seconds=_number(env, "SNERD_HOUSEKEEPING_SECONDS", 1.0, minimum=0.05),
-        compact_min_bytes=int(_number(env, "SNERD_COMPACT_BYTES", 64 << 20, minimum=0)),
+        compact_min_bytes=int(_number(env, "SNERD_COMPACT_BYTES", 1 << 20, minimum=0)),
+        compact_dead_records=_whole(env, "SNERD_COMPACT_DEAD_RECORDS", 10_000),
     )

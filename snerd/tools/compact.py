@@ -54,7 +54,7 @@ async def _compact(storage: Path, progress: Progress) -> dict[str, Any]:
     try:
         before_records = engine.log.stats().records
         writing = progress.add_task("Writing snapshot", total=None)
-        await engine.compact()
+        done = await engine.compact()
         progress.update(writing, total=1, completed=1)
         after = engine.log.stats()
         live, dead = len(engine.state.tasks), len(engine.state.dlq)
@@ -63,7 +63,7 @@ async def _compact(storage: Path, progress: Progress) -> dict[str, Any]:
     archived = sorted(set(layout.archive_files()) - archives_before)
     return {
         "storage": str(layout.storage),
-        "compacted": bool(archived),
+        "compacted": done and bool(archived),
         "before": {"bytes": before_bytes, "records": before_records},
         "after": {"bytes": layout.log_path.stat().st_size, "records": after.records},
         "live_tasks": live,
@@ -97,7 +97,8 @@ def compact(storage: Path, as_json: bool) -> None:
         return
     before, after = result["before"], result["after"]
     if not result["compacted"]:
-        click.echo("Nothing was compacted (another process compacted the log meanwhile).")
+        click.echo("Nothing to compact: no record was appended since the last compaction "
+                   "(or another process compacted the log meanwhile).")  # fmt: skip
         return
     saved = 100.0 * (1 - after["bytes"] / before["bytes"]) if before["bytes"] else 0.0
     kit.console().print(

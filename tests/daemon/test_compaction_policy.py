@@ -1,0 +1,58 @@
+"""Compaction thresholds and no-op compactions (issue 9.6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from daemonkit import ROOT, Wire
+from test_compaction import compacted
+
+from snerd.dispatcher.engine import EngineConfig
+from snerd.dispatcher.housekeeping import should_compact
+
+
+def test_the_defaults_keep_a_small_queue_small() -> None:
+    config = EngineConfig()
+    # a long-running queue of a few live tasks: compacted after 10,000 dead records,
+    # whatever the size (SnerdMQ's rule), and once past 1 MiB if half dead
+    assert should_compact(config, size_bytes=3 << 20, records=10_010, live=10)
+    assert should_compact(config, size_bytes=2 << 20, records=4_000, live=10)
+    assert not should_compact(config, size_bytes=500_000, records=1_500, live=10)
+    # mostly live: not worth it below the dead-record count
+    assert not should_compact(config, size_bytes=30 << 20, records=100_000, live=95_000)
+    assert not should_compact(config, size_bytes=5 << 20, records=10, live=10)
+
+
+async def test_a_daemon_compacts_a_small_log_by_dead_records_and_only_once(spawn) -> None:
+    wire: Wire = await spawn(register=("t",), env={"SNERD_COMPACT_DEAD_RECORDS": "20",
+                                                   "SNERD_HOUSEKEEPING_SECONDS": "1"})
+    for i in range(10):  # 30 records, all dead once done: far below any byte threshold
+        await wire.ack(f"done-{i}")
+        await wire.expect("execute", task_id=f"done-{i}")
+        await wire.result(f"done-{i}")
+    await wire.logged("done-9", "succeeded")
+    await compacted(wire)
+    archive = wire.storage / "tasks" / "archive"
+    for _ in range(5):  # more housekeeping rounds, nothing appended: no more archives
+        await wire.advance(1)
+    assert len(list(archive.iterdir())) == 1
+
+
+def test_compacting_an_unchanged_log_adds_no_archive(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    store = tmp_path / "q"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "snerd.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
+    results = [json.loads(cli("compact", str(store), "--json").stdout) for _ in range(4)]
+    assert [r["compacted"] for r in results] == [True, False, False, False]
+    assert len(list((store / "tasks" / "archive").iterdir())) == 1
+    assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
+    assert json.loads(cli("compact", str(store), "--json").stdout)["compacted"] is True
