@@ -107,3 +107,34 @@ async def test_extreme_accepted_values_read_back_the_same_after_a_restart(
         assert {k: after.get(k) for k in keys} == {k: before[task_id].get(k) for k in keys}
     assert before["early"]["status"] == "pending"
     assert before["late"]["status"] == "scheduled"
+
+
+LAST_YEAR_CRON = "0 0 0 1 1 * 2024"  # fires once: 2024-01-01T00:00:00Z
+UNTIL_FIRE = 1_704_067_200 - 1_700_000_000  # from the test clock's start (T0)
+
+
+async def test_the_last_occurrence_of_a_cron_ends_the_task_instead_of_sticking(
+    daemon: Wire,
+) -> None:
+    """A 7-field cron whose year passes has no next occurrence: its last success ends
+    the task like a one-off (it used to be an internal_error, leaving it active)."""
+    await daemon.ack("once", cron=LAST_YEAR_CRON)
+    await daemon.advance(UNTIL_FIRE)
+    await daemon.expect("execute", task_id="once", attempt=1)
+    await daemon.result("once")
+    await daemon.logged("once", "succeeded")
+    reply = await daemon.request("get", task_id="once")
+    assert reply["code"] == "unknown_task", reply
+    assert not daemon.taken("error"), daemon.taken("error")
+
+
+async def test_the_last_occurrence_of_a_cron_dead_letters_like_a_one_off(daemon: Wire) -> None:
+    await daemon.ack("once", cron=LAST_YEAR_CRON, max_retries=0)
+    await daemon.advance(UNTIL_FIRE)
+    await daemon.expect("execute", task_id="once", attempt=1)
+    await daemon.result("once", ok=False, error="no")
+    notice = await daemon.expect("max_retries_reached", task_id="once")
+    assert notice["reason"] == "retries_exhausted"
+    task = await daemon.get("once")
+    assert task["status"] == "dead_lettered", task
+    assert not daemon.taken("error"), daemon.taken("error")
