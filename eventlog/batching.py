@@ -26,7 +26,7 @@ from typing import Any, TypeVar, cast
 
 from snerd.errors import LogClosedError, LogError
 from snerd.eventlog.base import Command, EventLog, LogListener, Record, SkippedLine
-from snerd.eventlog.codec import Decoded, encode_all, max_seq
+from snerd.eventlog.codec import MAX_SEQ, Decoded, encode_all, max_seq
 
 T = TypeVar("T")
 
@@ -210,6 +210,8 @@ class BatchingLog(EventLog):
     def _stamp(self, records: Sequence[Record]) -> tuple[list[Record], list[bytes]]:
         """Copies of ``records`` with consecutive seq numbers, and their lines."""
         seq = self._last_seq
+        if seq + len(records) > MAX_SEQ:  # unreachable by appends alone: 2**53 records
+            raise LogError(f"seq would pass {MAX_SEQ}; compact the log into a new one")
         stamped: list[Record] = []
         for r in records:
             if not isinstance(r, dict):

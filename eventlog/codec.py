@@ -20,6 +20,13 @@ NL = b"\n"
 REASON_INVALID_JSON = "invalid_json"
 REASON_NOT_OBJECT = "not_object"
 REASON_TORN = "torn"
+REASON_BAD_SEQ = "seq_out_of_range"
+
+MAX_SEQ = 2**53 - 1
+"""The largest ``seq`` a record may carry. A record with an integer ``seq`` above it
+(or below 0) is unusable: the writer could not continue after it (a seq must stay an
+integer every JSON reader holds exactly), so it is skipped and reported like a
+garbage line instead of wedging every later append."""
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -56,7 +63,16 @@ def decode_line(line: bytes, offset: int, *, torn: bool = False) -> Record | Ski
         return SkippedLine(offset, bytes(line), REASON_TORN if torn else REASON_INVALID_JSON)
     if type(value) is not dict:
         return SkippedLine(offset, bytes(line), REASON_TORN if torn else REASON_NOT_OBJECT)
+    if not _seq_ok(value):
+        return SkippedLine(offset, bytes(line), REASON_BAD_SEQ)
     return value
+
+
+def _seq_ok(record: Record) -> bool:
+    """Whether ``record``'s ``seq`` is usable: absent, not an integer (then ignored),
+    or an integer in ``0 ..= MAX_SEQ``."""
+    s = record.get("seq")
+    return type(s) is not int or 0 <= s <= MAX_SEQ
 
 
 def decode_complete(data: bytes, offset: int) -> Decoded:
@@ -73,6 +89,9 @@ def decode_complete(data: bytes, offset: int) -> Decoded:
         return _decode_slow(lines, offset)
     for v in values:
         if type(v) is not dict:
+            return _decode_slow(lines, offset)
+        s = v.get("seq")
+        if type(s) is int and not 0 <= s <= MAX_SEQ:
             return _decode_slow(lines, offset)
     return Decoded(values)
 
