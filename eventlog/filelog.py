@@ -106,6 +106,7 @@ class FileLog(BatchingLog):
             raise LogError("a FileLog can be opened only once")
         try:
             self.layout.ensure()
+            self._remove_stale_temps()
             self._lock_fd = os.open(self.layout.lock_path, _LOG_FLAGS & ~os.O_APPEND, 0o644)
             self._switch_file()
         except OSError as exc:
@@ -122,6 +123,12 @@ class FileLog(BatchingLog):
                 worth_waking=self._maybe_changed,
             )
             self._follower = asyncio.get_running_loop().create_task(self._follow())
+
+    def _remove_stale_temps(self) -> None:
+        """Delete temp files of compactions that were killed before they finished."""
+        pattern = self.layout.temp_path("*").name.replace(f".{os.getpid()}.", ".*.")
+        for path in compaction.remove_stale_temps(self.layout.tasks_dir, pattern):
+            log.warning("removed %s, left by a compaction that did not finish", path)
 
     async def close(self) -> None:
         """Finish queued transactions, stop following, release locks and fds."""
@@ -303,24 +310,30 @@ class FileLog(BatchingLog):
             if self._generation != point.generation or self._closing:
                 return
             tmp = self.layout.temp_path(f"compact-{time.monotonic_ns()}")
+            fd = -1
             try:
-                await self._compact_into(tmp, point, records)
+                fd = compaction.open_temp(tmp)
+                await self._compact_into(tmp, fd, point, records)
             except OSError as exc:
                 raise LogError(f"compaction of {self.path} failed: {exc}") from exc
             finally:
+                if fd >= 0:
+                    os.close(fd)
                 with contextlib.suppress(OSError):
                     tmp.unlink()
 
-    async def _compact_into(self, tmp: Path, point: _Point, records: list[Record]) -> None:
+    async def _compact_into(
+        self, tmp: Path, fd: int, point: _Point, records: list[Record]
+    ) -> None:
         ts = time.time_ns() // 1_000_000
         name = self.layout.free_archive_name(ts, point.last_seq)
         header = compaction.snapshot_header(point.last_seq, ts, name, len(records))
-        await asyncio.to_thread(compaction.write_snapshot, tmp, header, records, self._fsync_on)
+        await asyncio.to_thread(compaction.write_snapshot, fd, header, records, self._fsync_on)
         async with self._exclusive():
             if self._generation != point.generation:
                 return  # someone else compacted first; our snapshot is stale
             await asyncio.to_thread(
-                compaction.append_tail, tmp, self._fd, point.offset, self._read_pos, self._fsync_on
+                compaction.append_tail, fd, self._fd, point.offset, self._read_pos, self._fsync_on
             )
             archived = self.layout.archive_dir / name
             os.link(self.path, archived)
