@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from snerd.dispatcher import commands as cmds
 from snerd.dispatcher.clock import Timer
 from snerd.dispatcher.executors import Executor, Run
+from snerd.errors import LogError
 from snerd.eventlog.base import Record
 from snerd.projections import events as ev
 from snerd.projections import queries
@@ -64,6 +65,10 @@ class Dispatcher:
             self._wake.clear()
             try:
                 await self._pass()
+            except LogError as exc:  # storage trouble: the log recovers by itself
+                log.warning("dispatch paused: %s", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
             except Exception:  # keep dispatching; the log stays the truth
                 log.exception("dispatch pass failed")
                 await asyncio.sleep(0.1)

@@ -23,7 +23,7 @@ from snerd.dispatcher.dispatch import Dispatcher, owns
 from snerd.dispatcher.executors import Executor, Run
 from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
-from snerd.errors import EventError
+from snerd.errors import EventError, LogClosedError, LogError
 from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.projections import events as ev
 from snerd.projections.delta import Delta
@@ -300,7 +300,26 @@ class Engine:
             )
             return records, None
 
-        return await self.commit(decide)
+        try:
+            return await self.commit(decide)
+        except LogError as exc:  # storage trouble: the outcome is known; write it later
+            log.warning("outcome of %r kept until the log is writable: %s", task_id, exc)
+            asyncio.get_running_loop().create_task(self._write_later(decide))
+            return None
+
+    async def _write_later(self, decide: Callable[[], tuple[list[Record], Any]]) -> None:
+        """Retry an outcome with backoff until written (or the claim is gone). If the
+        process ends first, the attempt runs again elsewhere (at-least-once)."""
+        delay = 0.05
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.commit(decide)
+                return
+            except LogClosedError:
+                return
+            except LogError:
+                delay = min(delay * 2, 5.0)
 
     async def release(self, run: Run, reason: str) -> None:
         """Give an attempt back to the queue without an outcome (no retry counted)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from snerd.errors import LogError
 from snerd.eventlog import compaction, locking
-from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine
+from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_complete, decode_line, split_complete
 from snerd.eventlog.layout import resolve
@@ -201,15 +201,47 @@ class FileLog(BatchingLog):
         return os.fstat(self._fd).st_size < self._read_pos
 
     async def _sync(self) -> int:
-        """Catch up (holding ``_mutex``): follow a replacement, then read new lines."""
+        """Catch up (holding ``_mutex``): follow a replacement, then read new lines.
+
+        A read error is a storage fault: the reading position may be lost, so the
+        log replays from storage once it can (:class:`StorageUnavailable`)."""
         try:
             if self._replaced():
                 self._reset()
                 self._switch_file()
             return await self._read_new()
         except OSError as exc:
-            self._fail(exc)
-            raise LogError(f"cannot read log {self.path}: {exc}") from exc
+            raise StorageUnavailable(f"cannot read log {self.path}: {exc}") from exc
+
+    async def _replay_all(self) -> None:
+        """After a storage fault: reopen the live log (never creating it: a log that
+        vanished is a fault, not an empty queue), reset the listener and replay."""
+        async with self._mutex:
+            if self._closing:
+                return
+            fd = os.open(self.path, _LOG_FLAGS & ~os.O_CREAT)
+            try:
+                ino = os.fstat(fd).st_ino
+            except OSError:
+                os.close(fd)
+                raise
+            try:  # read it all once first: a log we cannot read keeps the old state
+                pos = 0
+                while chunk := os.pread(fd, self._chunk, pos):
+                    pos += len(chunk)
+                    await asyncio.sleep(0)
+            except OSError:
+                os.close(fd)
+                raise
+            old, self._fd, self._ino = self._fd, fd, ino
+            if old >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(old)
+            self._read_pos = 0
+            self._pending = b""
+            self._generation += 1
+            self._reset()
+            await self._read_new()
 
     def _maybe_changed(self) -> bool:
         """Cheap check (no lock, no read): could there be something to catch up on?"""
@@ -228,12 +260,20 @@ class FileLog(BatchingLog):
             return await self._sync()
 
     async def _follow(self) -> None:
-        """Background task: wake on file changes and catch up, until closed or failed."""
+        """Background task: wake on file changes and catch up, until closed or failed;
+        after a storage fault, replay when due (even when no request comes)."""
         assert self._watcher is not None
         while not self._closing and self._failure is None:
+            if self._stale:
+                await asyncio.sleep(max(0.0, self._next_replay - self.monotonic()))
+                await self._recover_if_due()
+                continue
             await self._watcher.wait()
             try:
                 await self.catch_up()
+            except StorageUnavailable as exc:
+                if not self._closing and not self._stale:
+                    self._enter_fault(exc)
             except LogError as exc:
                 if not self._closing:
                     log.error("log follower stopped: %s", exc)
@@ -257,7 +297,10 @@ class FileLog(BatchingLog):
         if not self._pending:
             return
         line, offset = self._pending, self._read_pos - len(self._pending)
-        compaction.write_all(self._fd, NL)
+        try:
+            compaction.write_all(self._fd, NL)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot seal the torn tail of {self.path}: {exc}") from exc
         self._read_pos += 1
         self._pending = b""
         item = decode_line(line, offset, torn=True)
@@ -272,10 +315,26 @@ class FileLog(BatchingLog):
     async def _flush(self, durable: bool) -> None:
         data = b"".join(self._staged)
         self._staged.clear()
-        compaction.write_all(self._fd, data)
-        self._read_pos += len(data)
-        if durable and self._fsync_on:
-            await self._fsync()
+        start = self._read_pos  # caught up under the lock: the batch starts at EOF
+        try:
+            compaction.write_all(self._fd, data)
+            self._read_pos += len(data)
+            if durable and self._fsync_on:
+                await self._fsync()
+        except OSError as exc:
+            raise self._roll_back(start, exc) from exc
+
+    def _roll_back(self, start: int, exc: OSError) -> StorageUnavailable:
+        """A write or fsync failed (a full disk, an I/O error): cut the file back to
+        where the batch began, still under the lock, so no line of it stays behind
+        for anyone to read later; the callers are told it failed."""
+        try:
+            os.ftruncate(self._fd, start)
+            self._read_pos = start
+            how = "nothing of the batch was kept"
+        except OSError as cut:
+            how = f"and the rollback failed too ({cut}): part of the batch may remain"
+        return StorageUnavailable(f"cannot write log {self.path}: {exc}; {how}")
 
     async def _fsync(self) -> None:
         """fsync the log, inline while fsyncs are fast, else in the pool (adaptive)."""
@@ -298,6 +357,8 @@ class FileLog(BatchingLog):
         instance reset) meanwhile, the compaction is abandoned silently.
         """
         self._check_usable()
+        if self.degraded or self._fault is not None:
+            raise StorageUnavailable(f"no compaction while recovering from: {self._fault}")
         point = _Point(
             self._read_pos - len(self._pending) + sum(map(len, self._staged)),
             self._last_seq,
