@@ -42,7 +42,9 @@ from snerd.eventlog.base import (
     SkippedLine,
     StorageUnavailable,
 )
-from snerd.eventlog.codec import MAX_SEQ, Decoded, encode_all, max_seq
+from snerd.eventlog.chain import FIELD as CHAIN_FIELD
+from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
+from snerd.eventlog.codec import MAX_SEQ, Decoded, encode_body, max_seq
 
 T = TypeVar("T")
 
@@ -70,7 +72,10 @@ class _Request:
 class BatchingLog(EventLog):
     """Base of the concrete logs: delivery, counters, fail-stop, group commit."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, chain_key: bytes | None = None) -> None:
+        self.chain = Chain(key_from_env() if chain_key is None else chain_key)
+        """Seals every line written with its checksum (``eventlog/chain.py``)."""
+        self._chain_head = GENESIS  # the checksum of the last chained line read or written
         self._listener: LogListener | None = None
         self._queue: list[_Request] = []
         self._writer: asyncio.Task[None] | None = None
@@ -256,8 +261,15 @@ class BatchingLog(EventLog):
         self._skipped += 1
         self._notify("on_skipped", skipped)
 
+    def _note_chain(self, value: str | None) -> None:
+        """A line read carried ``value``: the chain continues from it."""
+        digest = parse_value(value)
+        if digest is not None:
+            self._chain_head = digest
+
     def _deliver_decoded(self, decoded: Decoded) -> int:
         """Deliver decoded lines in log order, in slices of DELIVERY_BATCH; return records."""
+        self._note_chain(decoded.chain)
         records = decoded.records
         start = 0
         for before, skipped in decoded.skipped:
@@ -279,6 +291,7 @@ class BatchingLog(EventLog):
         self._last_seq = 0
         self._records = 0
         self._skipped = 0
+        self._chain_head = GENESIS
         self._notify("on_reset")
 
     # ---------------------------------------------------------- group commit
@@ -366,7 +379,8 @@ class BatchingLog(EventLog):
         return staged
 
     def _stamp(self, records: Sequence[Record]) -> tuple[list[Record], list[bytes]]:
-        """Copies of ``records`` with consecutive seq numbers, and their lines."""
+        """Copies of ``records`` with consecutive seq numbers, and their lines, each
+        sealed with its checksum (the chain head moves only if all of them encode)."""
         seq = self._last_seq
         if seq + len(records) > MAX_SEQ:  # unreachable by appends alone: 2**53 records
             raise LogError(f"seq would pass {MAX_SEQ}; compact the log into a new one")
@@ -376,9 +390,16 @@ class BatchingLog(EventLog):
                 raise LogError(f"a record must be a dict, got {type(r).__name__}")
             seq += 1
             rec = dict(r)
+            rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
             rec["seq"] = seq
             stamped.append(rec)
-        return stamped, encode_all(stamped)
+        head, seal = self._chain_head, self.chain.seal
+        lines: list[bytes] = []
+        for rec in stamped:
+            head, line = seal(head, encode_body(rec))
+            lines.append(line)
+        self._chain_head = head
+        return stamped, lines
 
     def _deliver_own(self, stamped: list[Record]) -> None:
         """:meth:`_deliver` for freshly stamped records (their seqs are the new maximum)."""

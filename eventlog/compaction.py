@@ -10,31 +10,52 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from snerd.eventlog import locking
 from snerd.eventlog.base import Record
-from snerd.eventlog.codec import encode
+from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
+from snerd.eventlog.chain import Chain
+from snerd.eventlog.codec import encode_body
 from snerd.eventlog.history import SNAPSHOT_EVENT
 
 COPY_CHUNK = 1 << 20
 _DIR_FSYNC_UNSUPPORTED = (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EISDIR)
 
 
-def snapshot_header(last_seq: int, ts_ms: int, archived: str, count: int) -> Record:
+def snapshot_header(
+    last_seq: int, ts_ms: int, archived: str, count: int, chain_from: str | None = None
+) -> Record:
     """The first record of a compacted log.
 
     ``seq`` is the last seq the snapshot covers, ``archived`` names the archive file
-    that holds the history before it, ``records`` is how many snapshot records follow.
+    that holds the history before it, ``records`` is how many snapshot records follow,
+    ``chainFrom`` is the archived log's chain head at the compaction point (the header
+    links to it, and so does the copied tail).
     """
-    return {
+    header: Record = {
         "event": SNAPSHOT_EVENT,
         "seq": last_seq,
         "ts": ts_ms,
         "archived": archived,
         "records": count,
     }
+    if chain_from is not None:
+        header[CHAIN_FROM] = chain_from
+    return header
+
+
+def snapshot_lines(
+    header: Record, records: Iterable[Record], chain: Chain, start: bytes
+) -> Iterator[bytes]:
+    """The header and the snapshot records as sealed lines: the header links to
+    ``start`` (the archived head), each record to the line before it."""
+    head, line = chain.seal(start, encode_body(header))
+    yield line
+    for r in records:
+        head, line = chain.seal(head, encode_body(r))
+        yield line
 
 
 def open_temp(tmp: Path) -> int:
@@ -70,12 +91,11 @@ def remove_stale_temps(directory: Path, pattern: str) -> list[Path]:
     return removed
 
 
-def write_snapshot(fd: int, header: Record, records: Sequence[Record], fsync: bool) -> None:
-    """Write the header and the snapshot records to the temp file ``fd``."""
-    buf = [encode(header)]
+def write_snapshot(fd: int, lines: Iterable[bytes], fsync: bool) -> None:
+    """Write the header and the snapshot records (sealed lines) to the temp file ``fd``."""
+    buf: list[bytes] = []
     size = 0
-    for r in records:
-        line = encode(r)
+    for line in lines:
         buf.append(line)
         size += len(line)
         if size >= COPY_CHUNK:

@@ -26,7 +26,7 @@ from snerd.errors import LogError
 from snerd.eventlog import compaction, locking
 from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
 from snerd.eventlog.batching import BatchingLog
-from snerd.eventlog.codec import NL, decode_complete, decode_line, split_complete
+from snerd.eventlog.codec import NL, decode_chained, decode_complete, split_complete
 from snerd.eventlog.layout import resolve
 from snerd.eventlog.watch import Watcher, watch
 
@@ -54,6 +54,7 @@ class _Point:
     generation: int
     records: int
     skipped: int
+    chain_head: bytes
 
 
 class FileLog(BatchingLog):
@@ -72,8 +73,9 @@ class FileLog(BatchingLog):
         follow: bool = True,
         poll_interval: float = 0.05,
         chunk_size: int = CHUNK_SIZE,
+        chain_key: bytes | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(chain_key=chain_key)
         self.layout = resolve(storage)
         self._fsync_on = fsync
         self._follow_on = follow
@@ -303,10 +305,11 @@ class FileLog(BatchingLog):
             raise StorageUnavailable(f"cannot seal the torn tail of {self.path}: {exc}") from exc
         self._read_pos += 1
         self._pending = b""
-        item = decode_line(line, offset, torn=True)
+        item, chain = decode_chained(line, offset, torn=True)
         if isinstance(item, SkippedLine):
             self._report(item)
         else:  # the writer died after the last byte but before the newline
+            self._note_chain(chain)
             self._deliver([item])
 
     def _stage(self, lines: list[bytes]) -> None:
@@ -365,6 +368,7 @@ class FileLog(BatchingLog):
             self._generation,
             self._records,
             self._skipped,
+            self._chain_head,
         )
         records = list(snapshot)
         async with self._compact_lock:
@@ -388,8 +392,10 @@ class FileLog(BatchingLog):
     ) -> None:
         ts = time.time_ns() // 1_000_000
         name = self.layout.free_archive_name(ts, point.last_seq)
-        header = compaction.snapshot_header(point.last_seq, ts, name, len(records))
-        await asyncio.to_thread(compaction.write_snapshot, fd, header, records, self._fsync_on)
+        origin = self.chain.tag.decode() + point.chain_head.hex()
+        header = compaction.snapshot_header(point.last_seq, ts, name, len(records), origin)
+        lines = compaction.snapshot_lines(header, records, self.chain, point.chain_head)
+        await asyncio.to_thread(compaction.write_snapshot, fd, lines, self._fsync_on)
         async with self._exclusive():
             if self._generation != point.generation:
                 return  # someone else compacted first; our snapshot is stale
