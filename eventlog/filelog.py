@@ -361,7 +361,8 @@ class FileLog(BatchingLog):
         """
         self._check_usable()
         if self.degraded or self._fault is not None:
-            raise StorageUnavailable(f"no compaction while recovering from: {self._fault}")
+            log.info("compaction skipped while recovering from: %s", self._fault)
+            return  # abandoned silently, like a stale one: thresholds are checked again
         point = _Point(
             self._read_pos - len(self._pending) + sum(map(len, self._staged)),
             self._last_seq,
