@@ -393,12 +393,9 @@ class BatchingLog(EventLog):
             rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
             rec["seq"] = seq
             stamped.append(rec)
-        head, seal = self._chain_head, self.chain.seal
-        lines: list[bytes] = []
-        for rec in stamped:
-            head, line = seal(head, encode_body(rec))
-            lines.append(line)
-        self._chain_head = head
+        self._chain_head, lines = self.chain.seal_all(
+            self._chain_head, [encode_body(rec) for rec in stamped]
+        )
         return stamped, lines
 
     def _deliver_own(self, stamped: list[Record]) -> None:

@@ -84,6 +84,24 @@ class Chain:
         return digest, head + self.tag + _hexlify(digest) + b'"}\n'
 
 
+    def seal_all(self, prev: bytes, bodies: Sequence[bytes]) -> tuple[bytes, list[bytes]]:
+        """:meth:`seal` for consecutive lines (what a writer's batch does); returns the
+        new head and the lines."""
+        copy, tag, hexlify = self._base.copy, self.tag, _hexlify
+        out: list[bytes] = []
+        append = out.append
+        for body in bodies:
+            h = copy()
+            h.update(prev)
+            h.update(body)
+            prev = h.digest()
+            if len(body) > 2:
+                append(b'%b,"chain":"%b%b"}\n' % (body[:-1], tag, hexlify(prev)))
+            else:
+                append(b'{"chain":"%b%b"}\n' % (tag, hexlify(prev)))
+        return prev, out
+
+
 def parse_value(value: Any) -> bytes | None:
     """The digest in a ``chain`` field value (``"b<hex>"``/``"k<hex>"``), else None."""
     if type(value) is str and len(value) == 2 * DIGEST_SIZE + 1 and value[0] in "bk":

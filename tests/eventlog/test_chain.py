@@ -243,3 +243,16 @@ async def test_replay_verify_names_the_broken_link(storage: Path, tmp_path: Path
     bad = runner.invoke(replay, [str(copy), "--verify"])
     assert bad.exit_code == 1
     assert "checksum chain broken (reordered)" in bad.output
+
+
+def test_sealing_a_batch_equals_sealing_line_by_line() -> None:
+    bodies = [orjson.dumps({"seq": i, "x": "y" * i}) for i in range(5)] + [b"{}"]
+    for key in (None, KEY):
+        chain = Chain(key)
+        head, lines = chain.seal_all(GENESIS, bodies)
+        prev, one_by_one = GENESIS, []
+        for body in bodies:
+            prev, line = chain.seal(prev, body)
+            one_by_one.append(line)
+        assert (head, lines) == (prev, one_by_one)
+        assert orjson.loads(lines[-1]) == {"chain": lines[-1][10:43].decode()}
