@@ -7,13 +7,15 @@ values are refused at once with ``invalid_field`` naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from conftest import Spawn
 from daemonkit import Wire
 
 from snerd.rpc import protocol as p
+
+Spawn = Callable[..., Awaitable[Wire]]
 
 HUGE_SPAN = 1e10  # hours: the retry time lands after year 9999 (issue 12.4)
 

@@ -19,13 +19,14 @@ import shutil
 import subprocess
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from conftest import Spawn
 from daemonkit import Wire, events_of
+
+Spawn = Callable[..., Awaitable[Wire]]
 
 DISK_BYTES = 2 << 20
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import orjson
 from click.testing import CliRunner
-from conftest import Spawn
-from daemonkit import events_of
+from daemonkit import Wire, events_of
 
 from snerd.tools.replay import replay
+
+Spawn = Callable[..., Awaitable[Wire]]
 
 
 def write_log(storage: Path, *records: dict[str, object]) -> None:
