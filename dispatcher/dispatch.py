@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from snerd.dispatcher.clock import Timer
 from snerd.dispatcher.executors import Executor, Run
+from snerd.errors import LogError
 from snerd.projections.commands import Claim, FailThrough
 from snerd.projections.decide import owns
 from snerd.projections.plan import Plan, plan
@@ -59,6 +60,10 @@ class Dispatcher:
             self._wake.clear()
             try:
                 await self._pass()
+            except LogError as exc:  # storage trouble: the log recovers by itself
+                log.warning("dispatch paused: %s", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
             except Exception:  # keep dispatching; the log stays the truth
                 log.exception("dispatch pass failed")
                 await asyncio.sleep(0.1)

@@ -22,6 +22,7 @@ from snerd.dispatcher.dispatch import Dispatcher
 from snerd.dispatcher.executors import Executor, Run
 from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
+from snerd.errors import LogClosedError, LogError
 from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
@@ -299,8 +300,28 @@ class Engine:
             return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
         self._forget(run)
         command = Finish(task_id, run.attempt, success, error=error, reason=reason)
-        outcome: cmds.Refusal | None = await self.run_command(command)
+        try:
+            outcome: cmds.Refusal | None = await self.run_command(command)
+        except LogError as exc:  # storage trouble: the outcome is known; write it later
+            log.warning("outcome of %r kept until the log is writable: %s", task_id, exc)
+            asyncio.get_running_loop().create_task(self._write_later(command))
+            return None
         return outcome
+
+    async def _write_later(self, command: Command) -> None:
+        """Retry an outcome with backoff until written (``decide`` refuses it once the
+        claim is gone). If the process ends first, the attempt runs again elsewhere
+        (at-least-once)."""
+        delay = 0.05
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.run_command(command)
+                return
+            except LogClosedError:
+                return
+            except LogError:
+                delay = min(delay * 2, 5.0)
 
     async def release(self, run: Run, reason: str) -> None:
         """Give an attempt back to the queue without an outcome (no retry counted)."""
