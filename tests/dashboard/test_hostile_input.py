@@ -7,7 +7,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 from aiohttp.client_exceptions import WSServerHandshakeError
 from aiohttp.test_utils import make_mocked_request
 
@@ -119,7 +118,3 @@ async def test_an_https_origin_on_the_http_port_is_refused(client, engine):
     with pytest.raises(WSServerHandshakeError) as refused:
         await client.ws_connect("/ws", headers=origin)
     assert refused.value.status == 403
-
-
-def test_web_is_aiohttp() -> None:  # the mocked requests above are aiohttp's own
-    assert web.Request is not None
