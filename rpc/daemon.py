@@ -194,6 +194,7 @@ async def serve(
     stopping = loop.create_task(stop.wait())
     await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     engine.stop_claiming()
+    log.info("draining (%s): no new claims", "stdin closed" if reading.done() else "signal")
     draining = loop.create_task(engine.drain())
     await asyncio.wait({reading, draining}, return_when=asyncio.FIRST_COMPLETED)
     if reading.done():  # stdin EOF: no result can come back for what the SDK holds

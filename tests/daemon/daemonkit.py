@@ -62,6 +62,24 @@ def events_of(storage: Path, task_id: str, event: str | None = None) -> list[Mes
     ]  # fmt: skip
 
 
+async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT,
+                step: float = 0.01) -> None:  # fmt: skip
+    """Poll ``condition`` every ``step`` s until it holds; fail naming ``what`` after
+    ``timeout`` s. The way to wait for something no message announces (never a bare
+    sleep before an assertion)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(step)
+
+
+DRAINING = "draining ("
+"""What the daemon logs at info level once it has stopped claiming (signal or EOF)."""
+INFO = {"SNERD_LOG_LEVEL": "info"}
+"""``spawn(env=INFO)``: a daemon whose drain can be awaited with ``Wire.draining``."""
+
+
 def shim(tmp: Path) -> Path:
     """An executable ``snerdmq`` script that runs this checkout's daemon."""
     path = tmp / "snerdmq"
@@ -172,6 +190,13 @@ class Wire:
         await self.send({"action": "_clock", "advance": seconds})
         await self.barrier()
         await self.barrier()
+
+    async def draining(self, timeout: float = WAIT) -> None:
+        """Wait until the daemon has begun its drain (it must run with ``env=INFO``)."""
+        await until(
+            lambda: any(DRAINING in line for line in self.client.stderr_tail),
+            f"daemon {self.pid} to begin draining (spawned with env=INFO?)", timeout,
+        )  # fmt: skip
 
     # --- receiving ------------------------------------------------------------------
 
