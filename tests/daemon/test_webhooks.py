@@ -149,9 +149,7 @@ async def test_failed_through_webhook_child_gets_its_final_post(daemon: Wire, ho
 
 
 @pytest.mark.parametrize("how", ["sigterm", "eof"])
-async def test_a_webhook_in_flight_finishes_during_the_drain(
-    spawn, hooks: Hooks, how: str
-) -> None:
+async def test_a_webhook_in_flight_finishes_during_the_drain(spawn, hooks: Hooks, how: str) -> None:
     daemon = await spawn(register=("t",), env=INFO)
     await daemon.ack("slow", "hook", webhook_url=hooks.url(200) + "?hold=1")
     await asyncio.wait_for(hooks.arrived.wait(), WAIT)
