@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import orjson
 
-from snerd.rpc.client import Client, RemoteDispatchError
+from snerd.errors import SnerdError
+from snerd.rpc.client import STDOUT_LIMIT, Client, RemoteDispatchError
 
 T0 = 1_700_000_000.0
 """Where the daemons' test clock starts (2023-11-14T22:13:20Z)."""
@@ -89,6 +91,27 @@ def shim(tmp: Path) -> Path:
     )
     path.chmod(0o755)
     return path
+
+
+class ForkingClient(Client):
+    """A :class:`Client` whose daemon is forked from the session's fork server (see
+    ``forkserver.py``) instead of exec'd: the same ``main()`` in its own process, minus
+    the interpreter start-up. A ``binary`` (or ``SNERD_TEST_SPAWN=exec``) execs."""
+
+    async def start(self) -> None:
+        if self.binary is not None or not forkserver.enabled():
+            await super().start()
+            return
+        if self.process is not None:
+            raise SnerdError("the client was already started")
+        self.process = await forkserver.spawn(  # type: ignore[assignment]
+            ["-c", self.storage], self._environment(), limit=STDOUT_LIMIT
+        )
+        loop = asyncio.get_running_loop()
+        self._readers = [loop.create_task(self._read_stdout()),
+                         loop.create_task(self._read_stderr())]  # fmt: skip
+        for task_type in self.handlers:
+            self._write({"action": "register", "task_type": task_type})
 
 
 def _matches(message: Message, action: str | None, fields: dict[str, Any]) -> bool:
