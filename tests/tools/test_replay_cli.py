@@ -13,6 +13,7 @@ import orjson
 import pytest
 from click.testing import CliRunner, Result
 from hypothesis import given, settings
+from hypothesis_budget import examples
 
 from snerd.projections.history import audit
 from snerd.projections.schedule import format_instant
@@ -329,7 +330,7 @@ def test_a_storage_dir_reads_archives_then_the_live_log(tmp_path: Path) -> None:
 # --- the two-pass --task path equals the full audit ---------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(logs=loggen.any_logs, now=loggen.nows)
 def test_history_of_one_task_equals_the_full_audit(logs: list[dict[str, Any]], now: float) -> None:
     full = audit(logs, now)
