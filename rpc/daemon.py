@@ -212,6 +212,7 @@ async def serve(
     if fatal.done():
         return await _fail_for_good(fatal.result(), out, cleanup, reading, stopping)
     engine.stop_claiming()
+    log.info("draining (%s): no new claims", "stdin closed" if reading.done() else "signal")
     draining = loop.create_task(engine.drain())
     await asyncio.wait({reading, draining}, return_when=asyncio.FIRST_COMPLETED)
     if reading.done():  # stdin EOF: no result can come back for what the SDK holds
