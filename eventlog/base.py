@@ -104,6 +104,12 @@ class EventLog(abc.ABC):
     def stats(self) -> LogStats:
         """Size, record and skipped-line counts, last sequence number."""
 
+    async def sync(self) -> None:
+        """Make every record appended so far durable (those appended with
+        ``durable=False`` are otherwise made durable by the next durable batch, or
+        shortly after they were written)."""
+        return None
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Stop following and release every lock and handle; idempotent."""

@@ -57,6 +57,10 @@ BACKOFF_MIN = 0.05
 BACKOFF_MAX = 5.0
 """Seconds writes are refused after a storage fault: the first window, and the cap."""
 
+SYNC_SOON_SECONDS = 0.05
+"""Longest a line written without a sync (a claim, a success, progress) waits before
+a sync of its own, when no durable batch comes first to cover it."""
+
 GIVE_UP_SECONDS = 300.0
 """How long the log may stay unreadable after a fault before the instance gives up."""
 
@@ -99,6 +103,8 @@ class BatchingLog(EventLog):
         self._unreadable_since: float | None = None
         self._recovery = asyncio.Lock()
         self._fatal: asyncio.Future[BaseException] | None = None
+        self._unsynced = False  # lines were written since the last fsync
+        self._sync_timer: asyncio.TimerHandle | None = None
 
     # ----------------------------------------------------------------- hooks
 
@@ -348,7 +354,11 @@ class BatchingLog(EventLog):
             self._writer = None
 
     async def _run_batch(self, batch: list[_Request]) -> bool:
-        """Run the batch under the lock; return whether it wrote anything."""
+        """Run the batch under the lock; return whether it wrote anything.
+
+        A batch is made durable (fsync) when any request in it asks for durability and
+        something written since the last sync is not durable yet: its own lines, or
+        earlier lines written without a sync (which this sync makes durable too)."""
         done: list[tuple[_Request, Any]] = []
         durable = staged = False
         async with self._exclusive():
@@ -367,16 +377,45 @@ class BatchingLog(EventLog):
                 if lines:
                     self._deliver_own(stamped)
                     self._stage(lines)
-                    durable = durable or req.durable
                     staged = True
+                durable = durable or (req.durable and (bool(lines) or req.command is None))
                 done.append((req, result))
-            if staged:
+            durable = durable and (staged or self._unsynced)
+            if staged or durable:
                 await self._flush(durable)
                 self.commits += 1
+                self._synced(durable)
         for req, result in done:
             if not req.future.done():
                 req.future.set_result(result)
         return staged
+
+    def _synced(self, durable: bool) -> None:
+        """After a flush: a durable one covers every line written before it; lines
+        written without a sync are made durable by the next durable batch, or by a sync
+        of their own at most SYNC_SOON_SECONDS later."""
+        if durable:
+            self._unsynced = False
+            if self._sync_timer is not None:
+                self._sync_timer.cancel()
+                self._sync_timer = None
+            return
+        self._unsynced = True
+        if self._sync_timer is None:
+            loop = asyncio.get_running_loop()
+            self._sync_timer = loop.call_later(SYNC_SOON_SECONDS, self._sync_soon)
+
+    def _sync_soon(self) -> None:
+        self._sync_timer = None
+        if not self._unsynced or self._closing or self._failure is not None:
+            return
+        future = self._submit(None, (), True)  # no records: a sync of what is written
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def sync(self) -> None:
+        """Make every line written so far durable (a no-op when it already is)."""
+        if self._unsynced:
+            await self._submit(None, (), True)
 
     def _stamp(self, records: Sequence[Record]) -> tuple[list[Record], list[bytes]]:
         """Copies of ``records`` with consecutive seq numbers, and their lines, each

@@ -141,6 +141,13 @@ class FileLog(BatchingLog):
         self._closing = True
         try:
             await self._wait_writer()
+            if self._sync_timer is not None:
+                self._sync_timer.cancel()
+                self._sync_timer = None
+            if self._unsynced and self._fd >= 0 and self._fsync_on:
+                with contextlib.suppress(OSError):  # what was written lands before we go
+                    os.fsync(self._fd)
+                self._unsynced = False
             if self._follower is not None:
                 self._follower.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -77,6 +77,9 @@ class MemoryLog(BatchingLog):
             return
         self._closing = True
         await self._wait_writer()
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
         self.store._watchers.discard(self._wake)
         if self._follower is not None:
             self._follower.cancel()
