@@ -44,7 +44,7 @@ from snerd.eventlog.base import (
 )
 from snerd.eventlog.chain import FIELD as CHAIN_FIELD
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
-from snerd.eventlog.codec import MAX_SEQ, Decoded, encode_body, max_seq
+from snerd.eventlog.codec import FORMAT, FORMAT_FIELD, MAX_SEQ, Decoded, encode_body, max_seq
 
 T = TypeVar("T")
 
@@ -432,9 +432,10 @@ class BatchingLog(EventLog):
             rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
             rec["seq"] = seq
             stamped.append(rec)
-        self._chain_head, lines = self.chain.seal_all(
-            self._chain_head, [encode_body(rec) for rec in stamped]
-        )
+        bodies = [encode_body(rec) for rec in stamped]
+        if stamped and self._last_seq == 0 and self._records == 0:  # a new log says its format
+            bodies[0] = encode_body({**stamped[0], FORMAT_FIELD: FORMAT})
+        self._chain_head, lines = self.chain.seal_all(self._chain_head, bodies)
         return stamped, lines
 
     def _deliver_own(self, stamped: list[Record]) -> None:

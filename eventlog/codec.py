@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from snerd.errors import LogError
+from snerd.errors import LogError, LogFormatError
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.chain import FIELD as CHAIN_FIELD
 
@@ -24,6 +24,28 @@ REASON_TORN = "torn"
 REASON_BAD_SEQ = "seq_out_of_range"
 
 MAX_SEQ = 2**53 - 1
+
+FORMAT_FIELD = "format"
+FORMAT = "1.1"
+"""The log format this version writes, ``major.minor``: 1.0 is the format without the
+checksum chain, 1.1 adds it. The first record our writer puts in a log (and every
+compaction's header) carries it. A reader refuses a log of a newer major version (it
+could misread it); a newer minor version only adds fields, which readers ignore."""
+FORMAT_MAJOR = 1
+
+
+def check_format(record: Record) -> None:
+    """Remove the record's ``format`` field; raise :class:`LogFormatError` if it names
+    a newer major version than this one reads."""
+    value = record.pop(FORMAT_FIELD, None)
+    if value is None:
+        return
+    major = str(value).split(".", 1)[0]
+    if not major.isdigit() or int(major) > FORMAT_MAJOR:
+        raise LogFormatError(
+            f"the log is in format {value!r}; this snerd reads format {FORMAT_MAJOR}.x "
+            "(written by a newer version: upgrade snerd to read it)"
+        )
 """The largest ``seq`` a record may carry. A record with an integer ``seq`` above it
 (or below 0) is unusable: the writer could not continue after it (a seq must stay an
 integer every JSON reader holds exactly), so it is skipped and reported like a
@@ -83,6 +105,8 @@ def decode_chained(
     if type(value) is not dict:
         return SkippedLine(offset, bytes(line), REASON_TORN if torn else REASON_NOT_OBJECT), None
     chain = value.pop(CHAIN_FIELD, None)
+    if FORMAT_FIELD in value:
+        check_format(value)
     if not _seq_ok(value):
         return SkippedLine(offset, bytes(line), REASON_BAD_SEQ), None
     return value, chain if type(chain) is str else None
@@ -117,6 +141,8 @@ def decode_complete(data: bytes, offset: int) -> Decoded:
         c = v.pop(CHAIN_FIELD, None)
         if c is not None:
             chain = c
+        if FORMAT_FIELD in v:
+            check_format(v)
     return Decoded(values, chain=chain if type(chain) is str else None)
 
 

@@ -17,7 +17,7 @@ from snerd.eventlog import locking
 from snerd.eventlog.base import Record
 from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
 from snerd.eventlog.chain import Chain
-from snerd.eventlog.codec import encode_body
+from snerd.eventlog.codec import FORMAT, FORMAT_FIELD, encode_body
 from snerd.eventlog.history import SNAPSHOT_EVENT
 
 COPY_CHUNK = 1 << 20
@@ -36,6 +36,7 @@ def snapshot_header(
     """
     header: Record = {
         "event": SNAPSHOT_EVENT,
+        FORMAT_FIELD: FORMAT,
         "seq": last_seq,
         "ts": ts_ms,
         "archived": archived,

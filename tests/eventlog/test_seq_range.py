@@ -88,3 +88,49 @@ async def test_the_history_reader_skips_it_and_keeps_the_records_after_it(tmp_pa
     keys = [i.get("k") for i in items if not isinstance(i, SkippedLine)]
     assert keys == ["a", "b", "c"]
     assert [i.reason for i in items if isinstance(i, SkippedLine)] == [REASON_BAD_SEQ]
+
+
+async def test_a_new_log_states_its_format_and_a_newer_major_is_refused(tmp_path: Path) -> None:
+    """Issue 7: the log records its format version; readers refuse a newer major one
+    with a clear error, and read a newer minor one (it only adds fields)."""
+    from snerd.errors import LogFormatError
+    from snerd.eventlog.codec import FORMAT
+    from snerd.eventlog.filelog import FileLog
+
+    class Sink:
+        def __init__(self) -> None:
+            self.records: list[dict[str, object]] = []
+
+        def on_records(self, records: object) -> None:
+            self.records.extend(records)  # type: ignore[arg-type]
+
+        def on_reset(self) -> None:
+            self.records.clear()
+
+        def on_skipped(self, skipped: object) -> None:
+            return None
+
+    log = FileLog(tmp_path)
+    await log.open(Sink())
+    await log.append([{"event": "enqueued", "taskId": "a", "taskType": "t"}])
+    await log.close()
+    path = tmp_path / "tasks" / "tasks.log"
+    first = orjson.loads(path.read_bytes().splitlines()[0])
+    assert first["format"] == FORMAT
+    sink = Sink()
+    again = FileLog(tmp_path)
+    await again.open(sink)
+    assert "format" not in sink.records[0]  # readers strip it, as they strip the chain
+    await again.close()
+    for newer, refused in (("1.9", False), ("2.0", True)):
+        text = path.read_bytes().replace(b'"format":"1.1"', b'"format":"' + newer.encode() + b'"')
+        path.write_bytes(text)
+        reader = FileLog(tmp_path)
+        if refused:
+            with pytest.raises(LogFormatError, match=r"format '2\.0'"):
+                await reader.open(Sink())
+        else:
+            await reader.open(Sink())
+            await reader.close()
+        text = path.read_bytes().replace(b'"format":"' + newer.encode() + b'"', b'"format":"1.1"')
+        path.write_bytes(text)
