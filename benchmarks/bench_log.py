@@ -7,7 +7,12 @@
 (c) replay of a generated 1,000,000-record log through ``FileLog.open`` with a
     counting listener (or, with ``--fold``, the projections' bulk fold), in a child
     process so its peak RSS is its own; ratios to a naive ``json.loads`` line loop
-    and to reading the raw bytes.
+    and to reading the raw bytes;
+(d) the checksum chain's cost per record (``eventlog/chain.py``): encoding records as
+    the writer did without it (``orjson.dumps`` + newline) against encoding and
+    sealing them (plain and keyed BLAKE2b-128), as microseconds per record and as a
+    ratio; the budget is 3 us per record. (b) and (c) run with the chain on, as
+    every FileLog does. ``--chain-only`` runs just (d).
 
 Timings use a temp dir on the same filesystem as the repo (not tmpfs), so the fsync
 figures are real.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
@@ -273,8 +279,51 @@ def _report(work: Path, args: argparse.Namespace) -> None:
         f"event-log benchmarks (dir {work}, python {sys.version.split()[0]}, "
         f"{os.cpu_count()} CPUs, load {load})"
     )
-    _report_appends(work, args)
-    _report_replay(work, args)
+    if not args.chain_only:
+        _report_appends(work, args)
+        _report_replay(work, args)
+    _report_chain(args.chain_records, args.rounds)
+
+
+# ------------------------------------------------------------ (d) the chain
+
+
+def bench_chain(n: int, key: bytes | None) -> tuple[float, float]:
+    """Seconds to encode ``n`` records without the chain, and with it (same records)."""
+    from snerd.eventlog.chain import GENESIS, Chain
+
+    records = [_enqueued(i, i + 1, 1_760_000_000_000 + i) for i in range(n)]
+    dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
+    seal_all = Chain(key).seal_all
+    batches = [records[i : i + CONCURRENCY] for i in range(0, n, CONCURRENCY)]
+    gc.collect()
+    gc.disable()  # the timed loops allocate alike; a collection would land in one only
+    try:  # as the writer does: a batch of records encoded, then (with the chain) sealed
+        t0 = time.perf_counter()
+        for batch in batches:
+            lines = [dumps(r, option=newline) for r in batch]
+        t_plain = time.perf_counter() - t0
+        head = GENESIS
+        t0 = time.perf_counter()
+        for batch in batches:
+            head, lines = seal_all(head, [dumps(r) for r in batch])
+        t_chain = time.perf_counter() - t0
+    finally:
+        gc.enable()
+    assert lines[-1].endswith(b'"}\n')
+    return t_plain, t_chain
+
+
+def _report_chain(n: int, rounds: int) -> None:
+    for label, key in (("plain", None), ("keyed", b"a key kept outside the storage")):
+        runs = [bench_chain(n, key) for _ in range(rounds)]
+        plain = statistics.median(r[0] for r in runs) / n * 1e6
+        chained = statistics.median(r[1] for r in runs) / n * 1e6
+        print(
+            f"(d) chain ({label}), {n:,} records   : encode {plain:.2f} us/record, encode+seal "
+            f"{chained:.2f} us/record: the chain costs {chained - plain:.2f} us/record "
+            f"({chained / plain:.2f}x writing without it; budget 3 us)"
+        )
 
 
 def _report_appends(work: Path, args: argparse.Namespace) -> None:
@@ -352,6 +401,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="replay through snerd.projections.replay's bulk fold if present",
     )
+    p.add_argument("--chain-records", type=int, default=200_000)
+    p.add_argument("--chain-only", action="store_true", help="run only (d), the chain's cost")
     p.add_argument("--dir", help="parent of the temp dir (default: <repo>/../tmp)")
     p.add_argument("--child", choices=["filelog", "naive", "raw", "idle"], help=argparse.SUPPRESS)
     p.add_argument("child_storage", nargs="?", help=argparse.SUPPRESS)

@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING
 
 from snerd.dispatcher.clock import Timer
 from snerd.dispatcher.executors import Executor, Run
+from snerd.errors import LogError
+from snerd.eventlog.base import Record
 from snerd.projections.commands import Claim, FailThrough
-from snerd.projections.decide import owns
+from snerd.projections.decide import decide, owns
 from snerd.projections.plan import Plan, plan
+from snerd.projections.state import QueueState
 from snerd.projections.task import Task
 
 if TYPE_CHECKING:
@@ -27,7 +30,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("snerd.dispatch")
 
 
-__all__ = ["Dispatcher", "owns"]
+__all__ = ["Claimed", "Dispatcher", "owns"]
+
+Claimed = list[tuple[Task, int]]
+"""Tasks claimed by one decision, with the attempt number each claim took."""
 
 
 class Dispatcher:
@@ -39,6 +45,11 @@ class Dispatcher:
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         self._task: asyncio.Task[None] | None = None
+        self.reserved = 0  # attempts claimed but not begun yet
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -59,6 +70,10 @@ class Dispatcher:
             self._wake.clear()
             try:
                 await self._pass()
+            except LogError as exc:  # storage trouble: the log recovers by itself
+                log.warning("dispatch paused: %s", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
             except Exception:  # keep dispatching; the log stays the truth
                 log.exception("dispatch pass failed")
                 await asyncio.sleep(0.1)
@@ -73,16 +88,48 @@ class Dispatcher:
             if not step.claims:
                 self._arm(step.wake_at)
                 return
-            claim = Claim(tuple(t.id for t in step.claims), e.config.lease_seconds,
-                          e.config.timeout_grace)  # fmt: skip
-            claimed = await e.run_command(claim, durable=False)
-            for task, attempt in claimed:
-                self._begin(Run(task=task, attempt=attempt, started=e.clock.now()))
+            reserved: Claimed = []
+
+            def under_lock(reserved: Claimed = reserved) -> tuple[list[Record], Claimed]:
+                records, claimed = self.claim_under_lock(e.state, e.clock.now())
+                reserved.extend(claimed)
+                return records, claimed
+
+            try:
+                claimed = await e.commit(under_lock, durable=False)
+            except BaseException:
+                self.unreserve(reserved)
+                raise
+            self.begin_claimed(claimed)
             if not claimed:
                 self._wake.set()
                 return
 
-    def plan(self, now: float | None = None) -> Plan:
+    def claim_under_lock(self, state: QueueState, now: float) -> tuple[list[Record], Claimed]:
+        """Under the log lock, against the caught-up ``state``: plan, and decide the
+        plan's claims. The attempts stay reserved until :meth:`begin_claimed`."""
+        e = self.engine
+        step = self.plan(now, state)
+        if not step.claims:
+            return [], []
+        claim = Claim(tuple(t.id for t in step.claims), e.config.lease_seconds,
+                      e.config.timeout_grace)  # fmt: skip
+        decision = decide(state, claim, now=now, daemon=e.daemon)
+        claimed: Claimed = decision.outcome
+        self.reserved += len(claimed)
+        return decision.records, claimed
+
+    def unreserve(self, claimed: Claimed) -> None:
+        """The claims were not written (the batch failed): nothing to begin."""
+        self.reserved -= len(claimed)
+
+    def begin_claimed(self, claimed: Claimed) -> None:
+        """Start the attempts a claim decided (they are in the log by now)."""
+        self.reserved -= len(claimed)
+        for task, attempt in claimed:
+            self._begin(Run(task=task, attempt=attempt, started=self.engine.clock.now()))
+
+    def plan(self, now: float | None = None, state: QueueState | None = None) -> Plan:
         """What the pure planner proposes for this engine at ``now``."""
         e = self.engine
         busy: dict[str, int] = {}
@@ -90,16 +137,17 @@ class Dispatcher:
             if run.task.pool:
                 busy[run.task.pool] = busy.get(run.task.pool, 0) + 1
         return plan(
-            e.state, e.clock.now() if now is None else now, self._capacity(),
-            accepts=lambda task: self.executor_for(task) is not None,
+            e.state if state is None else state, e.clock.now() if now is None else now,
+            self.capacity(), accepts=lambda task: self.executor_for(task) is not None,
             pools=e.config.pools, busy=busy,
         )  # fmt: skip
 
-    def _capacity(self) -> int:
-        """Free worker slots: a sync handler's thread that outlived its attempt (a hard
-        timeout cannot kill a thread) still holds one until it returns."""
+    def capacity(self) -> int:
+        """Attempts this engine may still start (running and reserved ones count, and so
+        does a sync handler's thread that outlived its attempt: a hard timeout cannot
+        kill a thread, so it holds its slot until it returns)."""
         lingering = sum(int(getattr(x, "lingering", 0)) for x in self.engine.executors)
-        return self.engine.config.max_workers - len(self.engine.runs) - lingering
+        return self.engine.config.max_workers - len(self.engine.runs) - self.reserved - lingering
 
     def executor_for(self, task: Task) -> Executor | None:
         for executor in self.engine.executors:

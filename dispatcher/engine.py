@@ -22,6 +22,7 @@ from snerd.dispatcher.dispatch import Dispatcher
 from snerd.dispatcher.executors import Executor, Run
 from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
+from snerd.errors import LogClosedError, LogError
 from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
@@ -243,7 +244,8 @@ class Engine:
         self, decide: Callable[[], tuple[list[Record], T]], *, durable: bool = True
     ) -> T:
         """Run ``decide`` under the log lock (after catching up with every other
-        writer) and append what it returns; afterwards announce our dead letters."""
+        writer) and append what it returns; afterwards announce our dead letters, once
+        they are durable (a notice is something a client may rely on after a crash)."""
         written: list[Record] = []
 
         def command() -> tuple[list[Record], T]:
@@ -252,8 +254,11 @@ class Engine:
             return records, result
 
         result = await self.log.transact(command, durable=durable)
-        for record in written:
-            if record.get(ev.F_EVENT) == ev.DEAD_LETTERED:
+        dead = [r for r in written if r.get(ev.F_EVENT) == ev.DEAD_LETTERED]
+        if dead:
+            if not durable:
+                await self.log.sync()
+            for record in dead:
                 self.notifier.dead_lettered(record)
         return result
 
@@ -273,11 +278,40 @@ class Engine:
         self, cmd: Enqueue
     ) -> cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None:
         """Durably enqueue; None (or the parents it will not wait for) means acked, a
-        refusal or a dedupe verdict says why not."""
-        outcome: cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None = (
-            await self.run_command(cmd)
-        )
-        return outcome
+        refusal or a dedupe verdict says why not.
+
+        When the task can run at once here, its claim is decided in the same
+        transaction (one batch, one fsync, one fold), and the attempt starts right after
+        the caller's ack has gone out."""
+
+        reserved: list[Any] = []
+
+        def under_lock() -> tuple[list[Record], Any]:
+            now = self.clock.now()
+            decision = decide(self.state, cmd, now=now, daemon=self.daemon)
+            records = decision.records
+            if records and self._may_claim():
+                scratch, _ = fold(self.state, records)  # pure: the listener folds the real one
+                more, claimed = self.dispatcher.claim_under_lock(scratch, now)
+                reserved.extend(claimed)
+                records = records + more
+            return records, decision.outcome
+
+        try:
+            outcome = await self.commit(under_lock)
+        except BaseException:
+            self.dispatcher.unreserve(reserved)
+            raise
+        if reserved:
+            asyncio.get_running_loop().call_soon(self.dispatcher.begin_claimed, reserved)
+        result: cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None = outcome
+        return result
+
+    def _may_claim(self) -> bool:
+        return (
+            not self.draining and not self.config.passive and self.dispatcher.started
+            and self.dispatcher.capacity() > 0
+        )  # fmt: skip
 
     async def read(self, query: Callable[[], T]) -> T:
         """Answer ``query`` after every command accepted before it has been applied
@@ -320,8 +354,32 @@ class Engine:
             return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
         self._forget(run)
         command = Finish(task_id, run.attempt, success, error=error, reason=reason)
-        outcome: cmds.Refusal | None = await self.run_command(command)
+        # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
+        # letter: its notice goes out, so it is durable first.
+        task = self.state.tasks.get(task_id)
+        durable = not success and (task is None or task.retry_count >= task.max_retries)
+        try:
+            outcome: cmds.Refusal | None = await self.run_command(command, durable=durable)
+        except LogError as exc:  # storage trouble: the outcome is known; write it later
+            log.warning("outcome of %r kept until the log is writable: %s", task_id, exc)
+            asyncio.get_running_loop().create_task(self._write_later(command))
+            return None
         return outcome
+
+    async def _write_later(self, command: Command) -> None:
+        """Retry an outcome with backoff until written (``decide`` refuses it once the
+        claim is gone). If the process ends first, the attempt runs again elsewhere
+        (at-least-once)."""
+        delay = 0.05
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.run_command(command)
+                return
+            except LogClosedError:
+                return
+            except LogError:
+                delay = min(delay * 2, 5.0)
 
     async def release(self, run: Run, reason: str) -> None:
         """Give an attempt back to the queue without an outcome (no retry counted)."""

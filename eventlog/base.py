@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from snerd.errors import LogError
+
 Record = dict[str, Any]
 """One decoded log line. The log stamps ``seq`` on records it writes."""
 
@@ -22,6 +24,12 @@ T = TypeVar("T")
 
 Command = Callable[[], tuple[Sequence[Record], T]]
 """Runs under the lock after catch-up; returns records to append and a result."""
+
+
+class StorageUnavailable(LogError):
+    """A write was refused because the storage failed (a full disk, an I/O error): the
+    log rolled the failed batch back, still answers reads from its last good state,
+    and retries by itself with backoff (``specs/log-storage.md`` §4.1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +103,12 @@ class EventLog(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> LogStats:
         """Size, record and skipped-line counts, last sequence number."""
+
+    async def sync(self) -> None:
+        """Make every record appended so far durable (those appended with
+        ``durable=False`` are otherwise made durable by the next durable batch, or
+        shortly after they were written)."""
+        return None
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -9,10 +9,17 @@ A backend subclasses :class:`BatchingLog` and supplies three hooks:
 
 :meth:`BatchingLog.transact` queues the request; one writer task takes every queued
 request at once, runs their commands in order under one lock hold, and writes all
-their records with one write (and at most one fsync). A failure to write is fatal
-for the instance (fail-stop): every pending caller gets a :class:`LogError` and the
-instance refuses further use, because its listener already saw records that may
-not be on disk.
+their records with one write (and at most one fsync).
+
+Storage faults are survived (``specs/log-storage.md`` §4.1): when a backend's write
+or read fails (it raises :class:`StorageUnavailable` after rolling the failed batch
+back), every caller of that batch gets the error, the listener is reset and replayed
+from storage (it had already seen records that never reached the disk), and for a
+backoff window (doubling up to :data:`BACKOFF_MAX`) batches run without I/O: reads
+are answered from the last good state and writes are refused. Then writes are tried
+again. If the log cannot even be read back for :attr:`BatchingLog.give_up_seconds`,
+the instance gives up for good (:meth:`BatchingLog.wait_fatal`). Any other failure
+(a listener's bug) is fatal at once (fail-stop), as before.
 """
 
 from __future__ import annotations
@@ -20,18 +27,42 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from snerd.errors import LogClosedError, LogError
-from snerd.eventlog.base import Command, EventLog, LogListener, Record, SkippedLine
-from snerd.eventlog.codec import Decoded, encode_all, max_seq
+from snerd.eventlog.base import (
+    Command,
+    EventLog,
+    LogListener,
+    Record,
+    SkippedLine,
+    StorageUnavailable,
+)
+from snerd.eventlog.chain import FIELD as CHAIN_FIELD
+from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
+from snerd.eventlog.codec import FORMAT, FORMAT_FIELD, MAX_SEQ, Decoded, encode_body, max_seq
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 DELIVERY_BATCH = 4096
 """Most records handed to ``on_records`` in one call during replay and catch-up."""
+
+BACKOFF_MIN = 0.05
+BACKOFF_MAX = 5.0
+"""Seconds writes are refused after a storage fault: the first window, and the cap."""
+
+SYNC_SOON_SECONDS = 0.05
+"""Longest a line written without a sync (a claim, a success, progress) waits before
+a sync of its own, when no durable batch comes first to cover it."""
+
+GIVE_UP_SECONDS = 300.0
+"""How long the log may stay unreadable after a fault before the instance gives up."""
 
 
 @dataclass(slots=True)
@@ -45,7 +76,10 @@ class _Request:
 class BatchingLog(EventLog):
     """Base of the concrete logs: delivery, counters, fail-stop, group commit."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, chain_key: bytes | None = None) -> None:
+        self.chain = Chain(key_from_env() if chain_key is None else chain_key)
+        """Seals every line written with its checksum (``eventlog/chain.py``)."""
+        self._chain_head = GENESIS  # the checksum of the last chained line read or written
         self._listener: LogListener | None = None
         self._queue: list[_Request] = []
         self._writer: asyncio.Task[None] | None = None
@@ -56,6 +90,21 @@ class BatchingLog(EventLog):
         self._skipped = 0
         self.commits = 0
         """Batches written by this instance (each is one write and at most one fsync)."""
+        self.faults = 0
+        """Storage faults this instance met (each refused one batch, then recovered)."""
+        self.give_up_seconds = GIVE_UP_SECONDS
+        self.monotonic: Callable[[], float] = time.monotonic
+        """The clock of backoff and give-up (tests inject a manual one)."""
+        self._fault: BaseException | None = None  # the storage fault not yet written past
+        self._stale = False  # the listener may hold records that are not on disk
+        self._blocked_until = 0.0  # writes are refused until then (monotonic)
+        self._backoff = BACKOFF_MIN
+        self._next_replay = 0.0
+        self._unreadable_since: float | None = None
+        self._recovery = asyncio.Lock()
+        self._fatal: asyncio.Future[BaseException] | None = None
+        self._unsynced = False  # lines were written since the last fsync
+        self._sync_timer: asyncio.TimerHandle | None = None
 
     # ----------------------------------------------------------------- hooks
 
@@ -69,7 +118,15 @@ class BatchingLog(EventLog):
 
     @abc.abstractmethod
     async def _flush(self, durable: bool) -> None:
-        """Write the staged lines (one write; fsync when ``durable``); raise on I/O error."""
+        """Write the staged lines (one write; fsync when ``durable``); raise on I/O error.
+
+        A backend that can survive the failure rolls the batch back and raises
+        :class:`StorageUnavailable`; anything else is fatal for the instance."""
+
+    async def _replay_all(self) -> None:
+        """Reset the listener and replay the whole log from storage (after a fault).
+        Backends that never raise :class:`StorageUnavailable` need not implement it."""
+        raise LogError("this log cannot replay after a storage fault")
 
     # ----------------------------------------------------------------- state
 
@@ -87,6 +144,104 @@ class BatchingLog(EventLog):
         """Enter the fail-stop state (first failure wins)."""
         if self._failure is None:
             self._failure = exc
+        if self._fatal is not None and not self._fatal.done():
+            self._fatal.set_result(self._failure)
+
+    async def wait_fatal(self) -> BaseException:
+        """Return (with the reason) once the instance has failed for good: a listener
+        bug, or storage that stayed unreadable for :attr:`give_up_seconds`."""
+        if self._fatal is None:
+            self._fatal = asyncio.get_running_loop().create_future()
+            if self._failure is not None:
+                self._fatal.set_result(self._failure)
+        return await asyncio.shield(self._fatal)
+
+    @property
+    def degraded(self) -> bool:
+        """Whether writes are being refused after a storage fault (reads go on)."""
+        return self._stale or (
+            self._fault is not None and self.monotonic() < self._blocked_until
+        )
+
+    # ---------------------------------------------------------- storage faults
+
+    def _enter_fault(self, exc: BaseException) -> None:
+        """A read or write failed: replay at once, refuse writes for a backoff window."""
+        now = self.monotonic()
+        self.faults += 1
+        self._fault = exc
+        self._stale = True
+        self._next_replay = now
+        self._blocked_until = now + self._backoff
+        log.warning(
+            "storage fault: %s; answering reads from the last good state, writes are"
+            " retried in %.2fs", exc, self._backoff,
+        )  # fmt: skip
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    async def _recover_if_due(self) -> None:
+        """After a fault, replay the log from storage (when due); give up for good if
+        it stays unreadable for :attr:`give_up_seconds`."""
+        async with self._recovery:  # one replay at a time; a second caller waits for it
+            await self._recover_locked()
+
+    async def _recover_locked(self) -> None:
+        if not self._stale or self._failure is not None:
+            return
+        now = self.monotonic()
+        if now < self._next_replay:
+            return
+        try:
+            await self._replay_all()
+        except (OSError, LogError) as exc:
+            if self._failure is not None:
+                return  # the listener failed during the replay: fail-stop already
+            since = self._unreadable_since = self._unreadable_since or now
+            if now - since >= self.give_up_seconds:
+                log.error("giving up: the log stayed unreadable for %.0fs: %s", now - since, exc)
+                self._fail(LogError(f"storage failed for good: {exc}"))
+                return
+            self._next_replay = now + self._backoff
+            self._blocked_until = max(self._blocked_until, self._next_replay)
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+            log.warning("cannot replay the log yet (%s); next try in %.2fs", exc,
+                        self._next_replay - now)  # fmt: skip
+            return
+        self._stale = False
+        self._unreadable_since = None
+        log.warning("log replayed from storage after the fault; state is the last good one")
+
+    def _written_past_fault(self) -> None:
+        """A batch reached the storage: the fault is over."""
+        if self._fault is not None:
+            log.warning("storage writable again after: %s", self._fault)
+        self._fault = None
+        self._backoff = BACKOFF_MIN
+
+    def _run_degraded(self, batch: list[_Request]) -> None:
+        """Run a batch with no I/O while writes are refused: a command that appends
+        nothing (a read) gets its result from the current state; one that would
+        append is refused with :class:`StorageUnavailable`."""
+        wait = max(0.0, self._blocked_until - self.monotonic())
+        why = StorageUnavailable(
+            f"storage unavailable ({self._fault}); the log retries by itself"
+            f" (next write attempt in {wait:.2f}s)"
+        )
+        for req in batch:
+            if req.future.done():
+                continue
+            try:
+                if req.command is None:
+                    records, result = req.records, None
+                else:
+                    records, result = req.command()
+            except Exception as exc:
+                req.future.set_exception(exc)
+                continue
+            if records:
+                req.future.set_exception(why)
+            else:
+                req.future.set_result(result)
 
     # -------------------------------------------------------------- delivery
 
@@ -112,8 +267,15 @@ class BatchingLog(EventLog):
         self._skipped += 1
         self._notify("on_skipped", skipped)
 
+    def _note_chain(self, value: str | None) -> None:
+        """A line read carried ``value``: the chain continues from it."""
+        digest = parse_value(value)
+        if digest is not None:
+            self._chain_head = digest
+
     def _deliver_decoded(self, decoded: Decoded) -> int:
         """Deliver decoded lines in log order, in slices of DELIVERY_BATCH; return records."""
+        self._note_chain(decoded.chain)
         records = decoded.records
         start = 0
         for before, skipped in decoded.skipped:
@@ -135,6 +297,7 @@ class BatchingLog(EventLog):
         self._last_seq = 0
         self._records = 0
         self._skipped = 0
+        self._chain_head = GENESIS
         self._notify("on_reset")
 
     # ---------------------------------------------------------- group commit
@@ -164,8 +327,20 @@ class BatchingLog(EventLog):
         try:
             while self._queue and self._failure is None:
                 batch, self._queue = self._queue, []
+                await self._recover_if_due()
                 try:
-                    await self._run_batch(batch)
+                    if self._failure is not None:
+                        raise self._failure
+                    if self.degraded:
+                        self._run_degraded(batch)
+                    elif await self._run_batch(batch):
+                        self._written_past_fault()
+                except StorageUnavailable as exc:
+                    self._enter_fault(exc)
+                    try:  # drop what never reached the storage before anyone reads on
+                        await self._recover_if_due()
+                    finally:
+                        _fail_all(batch, exc)
                 except BaseException as exc:
                     self._fail(exc)
                     _fail_all(batch, exc)
@@ -178,7 +353,12 @@ class BatchingLog(EventLog):
         finally:
             self._writer = None
 
-    async def _run_batch(self, batch: list[_Request]) -> None:
+    async def _run_batch(self, batch: list[_Request]) -> bool:
+        """Run the batch under the lock; return whether it wrote anything.
+
+        A batch is made durable (fsync) when any request in it asks for durability and
+        something written since the last sync is not durable yet: its own lines, or
+        earlier lines written without a sync (which this sync makes durable too)."""
         done: list[tuple[_Request, Any]] = []
         durable = staged = False
         async with self._exclusive():
@@ -197,28 +377,66 @@ class BatchingLog(EventLog):
                 if lines:
                     self._deliver_own(stamped)
                     self._stage(lines)
-                    durable = durable or req.durable
                     staged = True
+                durable = durable or (req.durable and (bool(lines) or req.command is None))
                 done.append((req, result))
-            if staged:
+            durable = durable and (staged or self._unsynced)
+            if staged or durable:
                 await self._flush(durable)
                 self.commits += 1
+                self._synced(durable)
         for req, result in done:
             if not req.future.done():
                 req.future.set_result(result)
+        return staged
+
+    def _synced(self, durable: bool) -> None:
+        """After a flush: a durable one covers every line written before it; lines
+        written without a sync are made durable by the next durable batch, or by a sync
+        of their own at most SYNC_SOON_SECONDS later."""
+        if durable:
+            self._unsynced = False
+            if self._sync_timer is not None:
+                self._sync_timer.cancel()
+                self._sync_timer = None
+            return
+        self._unsynced = True
+        if self._sync_timer is None:
+            loop = asyncio.get_running_loop()
+            self._sync_timer = loop.call_later(SYNC_SOON_SECONDS, self._sync_soon)
+
+    def _sync_soon(self) -> None:
+        self._sync_timer = None
+        if not self._unsynced or self._closing or self._failure is not None:
+            return
+        future = self._submit(None, (), True)  # no records: a sync of what is written
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def sync(self) -> None:
+        """Make every line written so far durable (a no-op when it already is)."""
+        if self._unsynced:
+            await self._submit(None, (), True)
 
     def _stamp(self, records: Sequence[Record]) -> tuple[list[Record], list[bytes]]:
-        """Copies of ``records`` with consecutive seq numbers, and their lines."""
+        """Copies of ``records`` with consecutive seq numbers, and their lines, each
+        sealed with its checksum (the chain head moves only if all of them encode)."""
         seq = self._last_seq
+        if seq + len(records) > MAX_SEQ:  # unreachable by appends alone: 2**53 records
+            raise LogError(f"seq would pass {MAX_SEQ}; compact the log into a new one")
         stamped: list[Record] = []
         for r in records:
             if not isinstance(r, dict):
                 raise LogError(f"a record must be a dict, got {type(r).__name__}")
             seq += 1
             rec = dict(r)
+            rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
             rec["seq"] = seq
             stamped.append(rec)
-        return stamped, encode_all(stamped)
+        bodies = [encode_body(rec) for rec in stamped]
+        if stamped and self._last_seq == 0 and self._records == 0:  # a new log says its format
+            bodies[0] = encode_body({**stamped[0], FORMAT_FIELD: FORMAT})
+        self._chain_head, lines = self.chain.seal_all(self._chain_head, bodies)
+        return stamped, lines
 
     def _deliver_own(self, stamped: list[Record]) -> None:
         """:meth:`_deliver` for freshly stamped records (their seqs are the new maximum)."""
@@ -233,6 +451,8 @@ class BatchingLog(EventLog):
 
 
 def _fail_all(batch: list[_Request], exc: BaseException) -> None:
+    """Fail every request of ``batch`` still waiting (those a command already refused
+    keep their own error)."""
     err = exc if isinstance(exc, LogError) else LogError(f"log write failed: {exc!r}")
     if err is not exc:
         err.__cause__ = exc

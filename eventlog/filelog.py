@@ -24,9 +24,9 @@ from pathlib import Path
 
 from snerd.errors import LogError
 from snerd.eventlog import compaction, locking
-from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine
+from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
 from snerd.eventlog.batching import BatchingLog
-from snerd.eventlog.codec import NL, decode_complete, decode_line, split_complete
+from snerd.eventlog.codec import NL, decode_chained, decode_complete, split_complete
 from snerd.eventlog.layout import resolve
 from snerd.eventlog.watch import Watcher, watch
 
@@ -54,6 +54,7 @@ class _Point:
     generation: int
     records: int
     skipped: int
+    chain_head: bytes
 
 
 class FileLog(BatchingLog):
@@ -72,8 +73,9 @@ class FileLog(BatchingLog):
         follow: bool = True,
         poll_interval: float = 0.05,
         chunk_size: int = CHUNK_SIZE,
+        chain_key: bytes | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(chain_key=chain_key)
         self.layout = resolve(storage)
         self._fsync_on = fsync
         self._follow_on = follow
@@ -106,6 +108,7 @@ class FileLog(BatchingLog):
             raise LogError("a FileLog can be opened only once")
         try:
             self.layout.ensure()
+            self._remove_stale_temps()
             self._lock_fd = os.open(self.layout.lock_path, _LOG_FLAGS & ~os.O_APPEND, 0o644)
             self._switch_file()
         except OSError as exc:
@@ -123,6 +126,12 @@ class FileLog(BatchingLog):
             )
             self._follower = asyncio.get_running_loop().create_task(self._follow())
 
+    def _remove_stale_temps(self) -> None:
+        """Delete temp files of compactions that were killed before they finished."""
+        pattern = self.layout.temp_path("*").name.replace(f".{os.getpid()}.", ".*.")
+        for path in compaction.remove_stale_temps(self.layout.tasks_dir, pattern):
+            log.warning("removed %s, left by a compaction that did not finish", path)
+
     async def close(self) -> None:
         """Finish queued transactions, stop following, release locks and fds."""
         if self._closed is not None:
@@ -132,6 +141,13 @@ class FileLog(BatchingLog):
         self._closing = True
         try:
             await self._wait_writer()
+            if self._sync_timer is not None:
+                self._sync_timer.cancel()
+                self._sync_timer = None
+            if self._unsynced and self._fd >= 0 and self._fsync_on:
+                with contextlib.suppress(OSError):  # what was written lands before we go
+                    os.fsync(self._fd)
+                self._unsynced = False
             if self._follower is not None:
                 self._follower.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -194,15 +210,47 @@ class FileLog(BatchingLog):
         return os.fstat(self._fd).st_size < self._read_pos
 
     async def _sync(self) -> int:
-        """Catch up (holding ``_mutex``): follow a replacement, then read new lines."""
+        """Catch up (holding ``_mutex``): follow a replacement, then read new lines.
+
+        A read error is a storage fault: the reading position may be lost, so the
+        log replays from storage once it can (:class:`StorageUnavailable`)."""
         try:
             if self._replaced():
                 self._reset()
                 self._switch_file()
             return await self._read_new()
         except OSError as exc:
-            self._fail(exc)
-            raise LogError(f"cannot read log {self.path}: {exc}") from exc
+            raise StorageUnavailable(f"cannot read log {self.path}: {exc}") from exc
+
+    async def _replay_all(self) -> None:
+        """After a storage fault: reopen the live log (never creating it: a log that
+        vanished is a fault, not an empty queue), reset the listener and replay."""
+        async with self._mutex:
+            if self._closing:
+                return
+            fd = os.open(self.path, _LOG_FLAGS & ~os.O_CREAT)
+            try:
+                ino = os.fstat(fd).st_ino
+            except OSError:
+                os.close(fd)
+                raise
+            try:  # read it all once first: a log we cannot read keeps the old state
+                pos = 0
+                while chunk := os.pread(fd, self._chunk, pos):
+                    pos += len(chunk)
+                    await asyncio.sleep(0)
+            except OSError:
+                os.close(fd)
+                raise
+            old, self._fd, self._ino = self._fd, fd, ino
+            if old >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(old)
+            self._read_pos = 0
+            self._pending = b""
+            self._generation += 1
+            self._reset()
+            await self._read_new()
 
     def _maybe_changed(self) -> bool:
         """Cheap check (no lock, no read): could there be something to catch up on?"""
@@ -221,12 +269,20 @@ class FileLog(BatchingLog):
             return await self._sync()
 
     async def _follow(self) -> None:
-        """Background task: wake on file changes and catch up, until closed or failed."""
+        """Background task: wake on file changes and catch up, until closed or failed;
+        after a storage fault, replay when due (even when no request comes)."""
         assert self._watcher is not None
         while not self._closing and self._failure is None:
+            if self._stale:
+                await asyncio.sleep(max(0.0, self._next_replay - self.monotonic()))
+                await self._recover_if_due()
+                continue
             await self._watcher.wait()
             try:
                 await self.catch_up()
+            except StorageUnavailable as exc:
+                if not self._closing and not self._stale:
+                    self._enter_fault(exc)
             except LogError as exc:
                 if not self._closing:
                     log.error("log follower stopped: %s", exc)
@@ -250,13 +306,17 @@ class FileLog(BatchingLog):
         if not self._pending:
             return
         line, offset = self._pending, self._read_pos - len(self._pending)
-        compaction.write_all(self._fd, NL)
+        try:
+            compaction.write_all(self._fd, NL)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot seal the torn tail of {self.path}: {exc}") from exc
         self._read_pos += 1
         self._pending = b""
-        item = decode_line(line, offset, torn=True)
+        item, chain = decode_chained(line, offset, torn=True)
         if isinstance(item, SkippedLine):
             self._report(item)
         else:  # the writer died after the last byte but before the newline
+            self._note_chain(chain)
             self._deliver([item])
 
     def _stage(self, lines: list[bytes]) -> None:
@@ -265,10 +325,26 @@ class FileLog(BatchingLog):
     async def _flush(self, durable: bool) -> None:
         data = b"".join(self._staged)
         self._staged.clear()
-        compaction.write_all(self._fd, data)
-        self._read_pos += len(data)
-        if durable and self._fsync_on:
-            await self._fsync()
+        start = self._read_pos  # caught up under the lock: the batch starts at EOF
+        try:
+            compaction.write_all(self._fd, data)
+            self._read_pos += len(data)
+            if durable and self._fsync_on:
+                await self._fsync()
+        except OSError as exc:
+            raise self._roll_back(start, exc) from exc
+
+    def _roll_back(self, start: int, exc: OSError) -> StorageUnavailable:
+        """A write or fsync failed (a full disk, an I/O error): cut the file back to
+        where the batch began, still under the lock, so no line of it stays behind
+        for anyone to read later; the callers are told it failed."""
+        try:
+            os.ftruncate(self._fd, start)
+            self._read_pos = start
+            how = "nothing of the batch was kept"
+        except OSError as cut:
+            how = f"and the rollback failed too ({cut}): part of the batch may remain"
+        return StorageUnavailable(f"cannot write log {self.path}: {exc}; {how}")
 
     async def _fsync(self) -> None:
         """fsync the log, inline while fsyncs are fast, else in the pool (adaptive)."""
@@ -291,36 +367,48 @@ class FileLog(BatchingLog):
         instance reset) meanwhile, the compaction is abandoned silently.
         """
         self._check_usable()
+        if self.degraded or self._fault is not None:
+            log.info("compaction skipped while recovering from: %s", self._fault)
+            return  # abandoned silently, like a stale one: thresholds are checked again
         point = _Point(
             self._read_pos - len(self._pending) + sum(map(len, self._staged)),
             self._last_seq,
             self._generation,
             self._records,
             self._skipped,
+            self._chain_head,
         )
         records = list(snapshot)
         async with self._compact_lock:
             if self._generation != point.generation or self._closing:
                 return
             tmp = self.layout.temp_path(f"compact-{time.monotonic_ns()}")
+            fd = -1
             try:
-                await self._compact_into(tmp, point, records)
+                fd = compaction.open_temp(tmp)
+                await self._compact_into(tmp, fd, point, records)
             except OSError as exc:
                 raise LogError(f"compaction of {self.path} failed: {exc}") from exc
             finally:
+                if fd >= 0:
+                    os.close(fd)
                 with contextlib.suppress(OSError):
                     tmp.unlink()
 
-    async def _compact_into(self, tmp: Path, point: _Point, records: list[Record]) -> None:
+    async def _compact_into(
+        self, tmp: Path, fd: int, point: _Point, records: list[Record]
+    ) -> None:
         ts = time.time_ns() // 1_000_000
         name = self.layout.free_archive_name(ts, point.last_seq)
-        header = compaction.snapshot_header(point.last_seq, ts, name, len(records))
-        await asyncio.to_thread(compaction.write_snapshot, tmp, header, records, self._fsync_on)
+        origin = self.chain.tag.decode() + point.chain_head.hex()
+        header = compaction.snapshot_header(point.last_seq, ts, name, len(records), origin)
+        lines = compaction.snapshot_lines(header, records, self.chain, point.chain_head)
+        await asyncio.to_thread(compaction.write_snapshot, fd, lines, self._fsync_on)
         async with self._exclusive():
             if self._generation != point.generation:
                 return  # someone else compacted first; our snapshot is stale
             await asyncio.to_thread(
-                compaction.append_tail, tmp, self._fd, point.offset, self._read_pos, self._fsync_on
+                compaction.append_tail, fd, self._fd, point.offset, self._read_pos, self._fsync_on
             )
             archived = self.layout.archive_dir / name
             os.link(self.path, archived)

@@ -1,7 +1,9 @@
 """Cross-process exclusive locks on a file descriptor (flock through portalocker).
 
-On POSIX the hot path calls ``fcntl.flock`` directly (what portalocker does, minus
-its per-call overhead); portalocker covers the blocking wait and other platforms.
+On POSIX every call is ``fcntl.flock`` directly (what portalocker's POSIX locker
+does, minus its per-call overhead); portalocker covers the other platforms. It is
+imported only there: ``import portalocker`` resolves its version from installed
+package metadata, which costs more than a tenth of a second at every daemon start.
 A flock belongs to an open file description: two descriptors opened separately
 conflict even inside one process, which is what lets several log instances in one
 process (and the tests) behave like several processes. The event loop never blocks:
@@ -13,15 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import portalocker
-
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: portalocker's own locker
     fcntl = None  # type: ignore[assignment]
-
-_EX_NB = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-_EX = portalocker.LockFlags.EXCLUSIVE
 
 
 def try_lock(fd: int) -> bool:
@@ -32,8 +29,10 @@ def try_lock(fd: int) -> bool:
         except BlockingIOError:
             return False
         return True
+    import portalocker  # pragma: no cover
+
     try:  # pragma: no cover
-        portalocker.lock(fd, _EX_NB)
+        portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
     except portalocker.AlreadyLocked:
         return False
     return True
@@ -41,7 +40,12 @@ def try_lock(fd: int) -> bool:
 
 def lock_blocking(fd: int) -> None:
     """Take the exclusive lock on ``fd``, waiting as long as it takes (call in a thread)."""
-    portalocker.lock(fd, _EX)
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    import portalocker  # pragma: no cover
+
+    portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)  # pragma: no cover
 
 
 def unlock(fd: int) -> None:
@@ -50,6 +54,8 @@ def unlock(fd: int) -> None:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         return
+    import portalocker  # pragma: no cover
+
     with contextlib.suppress(OSError, portalocker.LockException):  # pragma: no cover
         portalocker.unlock(fd)
 

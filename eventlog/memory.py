@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Iterable
 from snerd.errors import LogError
 from snerd.eventlog.base import LogListener, LogStats, Record
 from snerd.eventlog.batching import BatchingLog
-from snerd.eventlog.codec import NL, decode_complete, encode, encode_all
-from snerd.eventlog.compaction import snapshot_header
+from snerd.eventlog.codec import NL, decode_complete
+from snerd.eventlog.compaction import snapshot_header, snapshot_lines
 from snerd.eventlog.layout import archive_name
 
 
@@ -48,8 +48,10 @@ class MemoryStore:
 class MemoryLog(BatchingLog):
     """An :class:`EventLog` over a :class:`MemoryStore`; one instance per "process"."""
 
-    def __init__(self, store: MemoryStore, *, follow: bool = True) -> None:
-        super().__init__()
+    def __init__(
+        self, store: MemoryStore, *, follow: bool = True, chain_key: bytes | None = None
+    ) -> None:
+        super().__init__(chain_key=chain_key)
         self.store = store
         self._follow_on = follow
         self._pos = 0  # lines read
@@ -75,6 +77,9 @@ class MemoryLog(BatchingLog):
             return
         self._closing = True
         await self._wait_writer()
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
         self.store._watchers.discard(self._wake)
         if self._follower is not None:
             self._follower.cancel()
@@ -146,20 +151,23 @@ class MemoryLog(BatchingLog):
         self._check_usable()
         pos, last_seq, generation = self._pos + len(self._staged), self._last_seq, self._generation
         records_at, skipped_at = self._records, self._skipped
-        lines = encode_all(snapshot)
+        records = list(snapshot)
+        head = self._chain_head
         async with self._exclusive():
             if self._generation != generation:
                 return
             ts = time.time_ns() // 1_000_000
             name = archive_name(ts, last_seq)
-            header = encode(snapshot_header(last_seq, ts, name, len(lines)))
+            origin = self.chain.tag.decode() + head.hex()
+            header = snapshot_header(last_seq, ts, name, len(records), origin)
+            lines = list(snapshot_lines(header, records, self.chain, head))
             old = self.store.lines
             self.store.archives.append((name, old))
-            self.store.lines = [header, *lines, *old[pos:]]
+            self.store.lines = [*lines, *old[pos:]]
             self.store.generation += 1
             self._generation = self.store.generation
             self._pos = len(self.store.lines)
             self._byte_pos = sum(map(len, self.store.lines))
-            self._records = 1 + len(lines) + self._records - records_at
+            self._records = len(lines) + self._records - records_at
             self._skipped -= skipped_at
             self._notify_others()

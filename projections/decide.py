@@ -182,9 +182,21 @@ def _schedule(task: Task) -> Cron | None:
         return None
 
 
+def _upcoming(task: Task, now: float) -> Cron | None:
+    """:func:`_schedule` if the schedule has an occurrence after this one; a schedule
+    that has none left (a 7-field cron whose year has passed) ends like a one-off."""
+    cron = _schedule(task)
+    if cron is not None:
+        try:
+            format_instant(reschedule(cron, scheduled_at=task.execute_at or now, now=now))
+        except EventError:
+            return None
+    return cron
+
+
 def succeed(task: Task, *, now: float, daemon: str) -> list[Record]:
     """Completion: a tombstone, or for a cron task its next occurrence."""
-    cron = _schedule(task)
+    cron = _upcoming(task, now)
     if cron is not None:
         return [_next_occurrence(task, cron, now, daemon)]
     # SnerdMQ's readers count a tombstone that still carries an error as a failure.
@@ -227,7 +239,7 @@ def dead_letter(
     schedule goes on with the next occurrence.
     """
     records = []
-    cron = _schedule(task)
+    cron = _upcoming(task, now)
     if cron is not None:
         key = f"{task.id}@{format_instant(task.execute_at or now)}"
         records.append(full_state(ev.DEAD_LETTERED, task, now, daemon,

@@ -41,6 +41,7 @@ from snerd.projections.fields import (
     F_TASK,
     F_TASK_DATA,
     F_TASK_ID,
+    F_TASK_TYPE,
     F_TIMES,
     F_TS,
     LIGHT_EVENTS,
@@ -54,12 +55,12 @@ from snerd.projections.fields import (
     SNAPSHOT,
     SUCCEEDED,
 )
-from snerd.projections.task import Task, require_ids_or_none, task_from_record
+from snerd.projections.task import Task, task_from_record
 
 Record: TypeAlias = Mapping[str, Any]
 
 MAX_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant RFC 3339 writes
-MAX_SEQ: Final = 2**63 - 1  # the largest seq a writer can continue from (and orjson can write)
+MAX_SEQ: Final = 2**53 - 1  # the largest seq a writer continues from (eventlog's bound too)
 
 
 def ms_time(value: Any) -> float | None:
@@ -77,11 +78,6 @@ def ms_time(value: Any) -> float | None:
 def record_time(record: Record) -> float | None:
     """The record's ``ts`` (integer milliseconds) in seconds, or None."""
     return ms_time(record.get(F_TS))
-
-
-def _seq(record: Record) -> int | None:
-    seq = record.get(F_SEQ)
-    return seq if type(seq) is int and 0 < seq <= MAX_SEQ else None
 
 
 def _count(value: Any) -> int:
@@ -319,13 +315,19 @@ def _usable_data(record: Record) -> str | None:
 
 def _full_state(record: Record) -> tuple[str, int] | str:
     """(taskId, attempt) of a usable full-state line, else why it is unusable."""
-    ids = require_ids_or_none(record)
-    if isinstance(ids, str):
-        return ids
-    problem = _usable_data(record)
-    if problem is not None:
-        return problem
-    return ids[0], _count(record.get(F_ATTEMPT))
+    get = record.get
+    task_id = get(F_TASK_ID)
+    if type(task_id) is not str or not task_id:
+        return f"{F_TASK_ID} must be a non-empty string"
+    if type(get(F_TASK_TYPE)) is not str:
+        return f"{F_TASK_TYPE} must be a string (task {task_id})"
+    data = get(F_TASK_DATA)
+    if data is not None and type(data) is not str:
+        problem = _usable_data(record)
+        if problem is not None:
+            return problem
+    attempt = get(F_ATTEMPT)
+    return task_id, attempt if type(attempt) is int and attempt >= 0 else 0
 
 
 def _upsert(kind: type[Enqueued] | type[RetryScheduled] | type[Rescheduled]) -> Any:
@@ -460,19 +462,26 @@ def decode(record: Record) -> Event:
     ``taskType`` and a ``taskData`` that JSON can write; a light line needs the fields
     it changes; every other field falls back to its default when missing or malformed.
     """
-    seq = _seq(record)
-    ts = ms_time(record.get(F_TS))
-    daemon = _text(record.get(F_DAEMON))
-    if seq is None and type(record.get(F_SEQ)) is int:
-        return Unusable(f"{F_SEQ} out of range (1..{MAX_SEQ})", None, ts, daemon, record)
-    try:
-        decoder = _DECODERS.get(record.get(F_EVENT))
-    except TypeError:  # an unhashable event field
-        decoder = None
+    get = record.get
+    seq = get(F_SEQ)
+    ts = get(F_TS)
+    daemon = get(F_DAEMON)
+    event = get(F_EVENT)
+    if ts is not None:  # ms_time, inlined: this runs for every record of a replay
+        kind = type(ts)
+        ts = ts / 1000.0 if (kind is int or kind is float) and 0 <= ts <= MAX_MS else None
+    if daemon is not None and (type(daemon) is not str or not daemon):
+        daemon = None
+    if seq is not None:
+        if type(seq) is not int or seq == 0:  # 0: "no seq" (a header of an empty log)
+            seq = None
+        elif not 0 < seq <= MAX_SEQ:
+            return Unusable(f"{F_SEQ} out of range (0..{MAX_SEQ})", None, ts, daemon, record)
+    decoder = _DECODERS.get(event) if event is None or type(event) is str else None
     if decoder is None:
-        return Unusable(f"unknown event {record.get(F_EVENT)!r}", seq, ts, daemon, record)
-    event: Event = decoder(record, seq, ts, daemon)
-    return event
+        return Unusable(f"unknown event {event!r}", seq, ts, daemon, record)
+    result: Event = decoder(record, seq, ts, daemon)
+    return result
 
 
 def event_name(event: Event) -> str:

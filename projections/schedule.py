@@ -22,8 +22,6 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from croniter import CroniterError, croniter
-
 from snerd.errors import EventError
 
 __all__ = [
@@ -157,6 +155,8 @@ def _reject_nondeterministic(text: str, fields: list[str]) -> None:
 
 def _checked(cron: Cron) -> Cron:
     assert cron.expression is not None
+    from croniter import croniter  # lazily: a daemon without cron tasks never needs it
+
     if not croniter.is_valid(cron.expression, second_at_beginning=cron.seconds_first):
         raise EventError(f"invalid cron expression {cron.text!r}: a field is out of range")
     try:
@@ -199,6 +199,8 @@ def reschedule(cron: Cron, *, scheduled_at: float, now: float) -> float:
 
 
 def _cron_next(cron: Cron, after: float) -> float:
+    from croniter import CroniterError, croniter
+
     base = datetime.fromtimestamp(math.floor(after), tz=UTC)
     years = _MAX_YEARS_BETWEEN if cron.expression and len(cron.expression.split()) == 7 else None
     try:

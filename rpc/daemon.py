@@ -22,8 +22,9 @@ from snerd.dispatcher.clock import Clock, ManualClock, SystemClock
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Outcomes, Run
 from snerd.dispatcher.settings import engine_config
-from snerd.errors import ProtocolError, SnerdError
+from snerd.errors import LogError, ProtocolError, SnerdError
 from snerd.eventlog.base import Record
+from snerd.eventlog.batching import GIVE_UP_SECONDS
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.liveness import Liveness
 from snerd.projections import events as ev
@@ -184,8 +185,10 @@ async def serve(
     from snerd.dispatcher.webhooks import WebhookExecutor
 
     webhooks = WebhookExecutor()
+    file_log = FileLog(storage)
+    file_log.give_up_seconds = _give_up_seconds(env)
     engine = Engine(
-        FileLog(storage), executors=[webhooks, session], clock=clock, config=config,
+        file_log, executors=[webhooks, session], clock=clock, config=config,
         liveness=Liveness(storage), notifier=Notifier([session, webhooks]),
     )  # fmt: skip
     session.engine = engine
@@ -193,6 +196,7 @@ async def serve(
     cleanup = None if extend is None else await extend(engine, env)
     reader = await open_input(stdin or sys.stdin)
     reading = loop.create_task(_read_lines(reader, session, engine, clock))
+    fatal = loop.create_task(file_log.wait_fatal())
     stop = asyncio.Event()
 
     def on_signal() -> None:
@@ -204,19 +208,57 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
     stopping = loop.create_task(stop.wait())
-    await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({reading, stopping, fatal}, return_when=asyncio.FIRST_COMPLETED)
+    if fatal.done():
+        return await _fail_for_good(fatal.result(), out, cleanup, reading, stopping)
     engine.stop_claiming()
+    log.info("draining (%s): no new claims", "stdin closed" if reading.done() else "signal")
     draining = loop.create_task(engine.drain())
     await asyncio.wait({reading, draining}, return_when=asyncio.FIRST_COMPLETED)
     if reading.done():  # stdin EOF: no result can come back for what the SDK holds
-        await _release_sent(session, engine)
-    await draining
+        with contextlib.suppress(LogError):  # storage down: liveness releases them
+            await _release_sent(session, engine)
+    try:
+        await draining
+    except LogError as exc:  # releases could not be written: other daemons release
+        log.warning("shutdown with the storage unavailable: %s", exc)  # our claims
     reading.cancel()
     stopping.cancel()
+    fatal.cancel()
     if cleanup is not None:
         await cleanup()
     await out.close()
     return 0
+
+
+async def _fail_for_good(reason: BaseException, out: Output, cleanup: Any,
+                         *tasks: asyncio.Task[Any]) -> int:  # fmt: skip
+    """The log cannot continue (storage gone or unreadable for too long): say why on
+    stderr and exit non-zero, so that the SDK can respawn a daemon."""
+    print(f"snerdmq: exiting: {reason}", file=sys.stderr, flush=True)
+    for task in tasks:
+        task.cancel()
+    if cleanup is not None:
+        with contextlib.suppress(Exception):
+            await cleanup()
+    with contextlib.suppress(Exception):
+        await out.close()
+    return 1
+
+
+def _give_up_seconds(env: Mapping[str, str]) -> float:
+    """``SNERD_STORAGE_GIVE_UP_SECONDS``: how long the log may stay unreadable after a
+    storage fault before the daemon exits 1 (default 300)."""
+    raw = env.get("SNERD_STORAGE_GIVE_UP_SECONDS", "")
+    try:
+        value = float(raw) if raw else GIVE_UP_SECONDS
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        log.warning("SNERD_STORAGE_GIVE_UP_SECONDS=%r is not a number >= 0; using %g",
+                    raw, GIVE_UP_SECONDS)  # fmt: skip
+        return GIVE_UP_SECONDS
+    return value
 
 
 async def _release_sent(session: Session, engine: Engine) -> None:

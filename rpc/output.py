@@ -17,6 +17,7 @@ class Output:
     def __init__(self, transport: asyncio.WriteTransport | None, fd: int) -> None:
         self._transport = transport
         self._fd = fd
+        self._pending: list[bytes] = []  # lines written this loop iteration, not yet sent
 
     @classmethod
     async def open(cls, stream: Any) -> Output:
@@ -33,15 +34,24 @@ class Output:
 
     def write(self, line: bytes) -> None:
         if self._transport is not None:
-            if not self._transport.is_closing():
-                self._transport.write(line)
+            # Lines written in one loop iteration (an ack and the execute of the task it
+            # enqueued, a batch of acks) leave in one write.
+            if not self._pending:
+                asyncio.get_running_loop().call_soon(self._send)
+            self._pending.append(line)
             return
         view = memoryview(line)
         while view:
             view = view[os.write(self._fd, view) :]
 
+    def _send(self) -> None:
+        lines, self._pending = self._pending, []
+        if lines and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(b"".join(lines))
+
     async def drain(self) -> None:
         """Wait (briefly) until buffered lines reach the pipe."""
+        self._send()
         transport = self._transport
         for _ in range(200):
             if transport is None or transport.is_closing():

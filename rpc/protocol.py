@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from snerd.errors import EventError
-from snerd.projections.schedule import format_instant, parse_cron, parse_instant
+from snerd.projections.schedule import parse_cron, parse_instant
 from snerd.rpc.messages import (
     DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES,
 )
@@ -128,6 +128,25 @@ from snerd.rpc.replies import (
     task as task,
 )
 
+# --------------------------------------------------------------------------- bounds
+# Every number that becomes a time or a count is bounded here, at the edge, so that no
+# enqueue that is acked can fail later (when a retry time, a lease or a timeout is
+# computed and written) or read back differently (readers take numbers beyond 2**53 as
+# malformed). The table is in specs/protocol.md §3.1.
+
+MAX_COUNT: Final = 2**31 - 1
+"""Largest ``max_retries``, ``max_per_minute`` and result ``attempt`` (a 32-bit int)."""
+MAX_SPAN_SECONDS: Final = 10 * 365 * 86_400
+"""Longest duration (10 years): a retry backoff, a timeout, a cron shorthand interval."""
+MAX_RETRY_AFTER_HOURS: Final = MAX_SPAN_SECONDS / 3600  # 87,600 hours
+MAX_EXECUTION_SECONDS: Final = float(MAX_SPAN_SECONDS)
+MAX_URGENCY: Final = float(2**53 - 1)
+"""Largest ``urgency_score`` magnitude: every JSON reader holds it exactly."""
+MIN_EXECUTE_AT: Final = -62_135_596_800.0  # 0001-01-01T00:00:00Z
+MAX_EXECUTE_AT: Final = 250_246_627_200.0  # 9900-01-01T00:00:00Z
+"""``execute_at`` must be before this, so that a retry or the lease of an attempt that
+starts then still fits the log's instants (which end with year 9999)."""
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -223,17 +242,21 @@ class _Reader:
             self.fail(name, f"{name} must be a string, got {_show(value)}")
         return value
 
-    def integer(self, name: str, *, default: int, minimum: int) -> int:
+    def integer(self, name: str, *, default: int, minimum: int, maximum: int = MAX_COUNT) -> int:
         value = self.msg.get(name)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             self.fail(name, f"{name} must be an integer >= {minimum}, got {_show(value)}")
+        if value > maximum:
+            self.fail(name, f"{name} must be at most {maximum}, got {_show(value)}")
         return value
 
     def number(
-        self, name: str, *, default: float, minimum: float | None = None, exclusive: bool = False
-    ) -> float:
+        self, name: str, *, default: float, minimum: float | None, maximum: float,
+        exclusive: bool = False,
+    ) -> float:  # fmt: skip
+        """A finite number in range; ``minimum`` None means ``-maximum``."""
         value = self.msg.get(name)
         if value is None:
             return default
@@ -243,6 +266,10 @@ class _Reader:
         if not ok or not math.isfinite(value):
             bound = "" if minimum is None else f" {'>' if exclusive else '>='} {minimum:g}"
             self.fail(name, f"{name} must be a finite number{bound}, got {_show(value)}")
+        if abs(value) > maximum if minimum is None else value > maximum:
+            what = f"between {_num(-maximum)} and {_num(maximum)}" if minimum is None else (
+                f"at most {_num(maximum)}")  # fmt: skip
+            self.fail(name, f"{name} must be {what}, got {_show(value)}")
         return float(value)
 
     def boolean(self, name: str, *, default: bool) -> bool:
@@ -259,18 +286,17 @@ def _parse_enqueue(r: _Reader) -> Enqueue:
     group, per_minute = _rate_limit(r)
     cron = r.opt_text("cron")
     if cron is not None:
-        try:
-            cron = parse_cron(cron).text
-        except EventError as exc:
-            r.fail("cron", str(exc))
+        cron = _cron(r, cron)
     return Enqueue(
         task_id,
         r.text("task_type"),
         task_data=_task_data(r.get("task_data")),
         max_retries=r.integer("max_retries", default=DEFAULT_MAX_RETRIES, minimum=0),
-        retry_after_hours=r.number("retry_after_hours", default=0.0, minimum=0.0),
+        retry_after_hours=r.number(
+            "retry_after_hours", default=0.0, minimum=0.0, maximum=MAX_RETRY_AFTER_HOURS
+        ),
         auto_dedupe=r.boolean("auto_dedupe", default=False),
-        urgency_score=r.number("urgency_score", default=0.0),
+        urgency_score=r.number("urgency_score", default=0.0, minimum=None, maximum=MAX_URGENCY),
         rate_limit_group=group,
         max_per_minute=per_minute,
         execute_at=_execute_at(r),
@@ -300,19 +326,37 @@ def _rate_limit(r: _Reader) -> tuple[str | None, int | None]:
     return group, r.integer("max_per_minute", default=0, minimum=1)
 
 
+def _cron(r: _Reader, text: str) -> str:
+    try:
+        cron = parse_cron(text)
+    except EventError as exc:
+        r.fail("cron", str(exc))
+    if cron.interval is not None and cron.interval > MAX_SPAN_SECONDS:
+        r.fail("cron", f"cron interval {_show(text)} is longer than {MAX_SPAN_SECONDS} seconds"
+                       " (10 years)")  # fmt: skip
+    return cron.text
+
+
 def _execute_at(r: _Reader) -> float | None:
     value = r.get("execute_at")
     if value is None or value == "":
         return None
+    instant: float | None = None
     try:
         if isinstance(value, str):
-            return parse_instant(value)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            format_instant(value)  # range check
-            return float(value)
+            instant = parse_instant(value)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            instant = float(value)
     except EventError as exc:
         r.fail("execute_at", f"execute_at must be an RFC 3339 timestamp or epoch seconds: {exc}")
-    r.fail("execute_at", f"execute_at must be an RFC 3339 string or a number, got {_show(value)}")
+    if instant is None:
+        why = f"execute_at must be an RFC 3339 string or a number, got {_show(value)}"
+        r.fail("execute_at", why)
+    if not (math.isfinite(instant) and MIN_EXECUTE_AT <= instant < MAX_EXECUTE_AT):
+        r.fail("execute_at", "execute_at is out of range: from 0001-01-01T00:00:00Z (epoch"
+               f" {_num(MIN_EXECUTE_AT)}) to before 9900-01-01T00:00:00Z (epoch"
+               f" {_num(MAX_EXECUTE_AT)}), got {_show(value)}")  # fmt: skip
+    return instant
 
 
 def _webhook_url(r: _Reader) -> str | None:
@@ -333,7 +377,10 @@ def _webhook_url(r: _Reader) -> str | None:
 def _max_execution_seconds(r: _Reader) -> float | None:
     if _is_zero(r.get("max_execution_seconds")):
         return None
-    return r.number("max_execution_seconds", default=0.0, minimum=0.0, exclusive=True) or None
+    return r.number(
+        "max_execution_seconds", default=0.0, minimum=0.0, maximum=MAX_EXECUTION_SECONDS,
+        exclusive=True,
+    ) or None  # fmt: skip
 
 
 def _parents(r: _Reader, task_id: str) -> tuple[str, ...]:
@@ -430,6 +477,11 @@ def depth(value: Any, limit: int) -> int:
         deepest = max(deepest, level)
         stack.extend((child, level) for child in item)
     return deepest
+
+
+def _num(value: float) -> str:
+    """A bound for a message: whole numbers without a fraction or an exponent."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
 
 
 def _show(value: Any) -> str:

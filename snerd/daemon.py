@@ -22,8 +22,8 @@ async def dashboard(engine: Engine, env: Mapping[str, str]) -> rpc_daemon.Cleanu
     port = env.get("SNERD_DASHBOARD_PORT")
     if not port:
         return None
-    if not port.strip().isdigit() or not 0 < int(port) < 65536:
-        log.error("SNERD_DASHBOARD_PORT=%r is not a port number (1-65535); the dashboard "
+    if not port.strip().isdigit() or not 0 <= int(port) < 65536:
+        log.error("SNERD_DASHBOARD_PORT=%r is not a port number (0-65535); the dashboard "
                   "is not started, the queue runs on", port)  # fmt: skip
         return None
     try:

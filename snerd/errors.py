@@ -11,6 +11,10 @@ class LogError(SnerdError):
     """The event log could not be read or written (eventlog/)."""
 
 
+class LogFormatError(LogError):
+    """The log was written in a newer major format than this version reads."""
+
+
 class LogClosedError(LogError):
     """An operation was attempted on a closed log."""
 

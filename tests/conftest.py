@@ -1,13 +1,37 @@
 """Suite-wide settings. Under CI (``CI`` set) hypothesis runs derandomized: the same
 examples every run, so a landing never depends on the draw; locally each run draws
-new examples and keeps failures in its database."""
+new examples and keeps failures in its database. Example counts: hypothesis_budget.py.
+
+With bytecode writing off (``PYTHONDONTWRITEBYTECODE``, as on the development VMs),
+every daemon the suite spawns would compile snerd's sources again (~0.1 s CPU per
+spawn, a few hundred spawns): the package is compiled once here instead, into the
+``__pycache__`` directories Python itself would write (git ignores them). Only
+timestamps-checked bytecode of this checkout is written; what runs is unchanged.
+"""
 
 from __future__ import annotations
 
+import compileall
 import os
+import sys
+from pathlib import Path
 
 from hypothesis import settings
+from hypothesis_budget import examples
 
-settings.register_profile("ci", derandomize=True, print_blob=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# Tests that write no count draw examples(100) (see hypothesis_budget.py).
+settings.register_profile("suite", max_examples=examples(100))
+settings.register_profile("ci", settings.get_profile("suite"), derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "suite")
+
+
+def _compile_package() -> None:
+    package = Path(__file__).resolve().parents[1] / "snerd"
+    for folder, _, files in os.walk(package, followlinks=True):  # layers are symlinks
+        for name in files:
+            if name.endswith(".py"):
+                compileall.compile_file(os.path.join(folder, name), quiet=2)
+
+
+if sys.dont_write_bytecode:
+    _compile_package()

@@ -17,13 +17,16 @@
 ``DELETE /api/dlq/{key}``                 delete the entry for good (purge)
 ========================================  ===============================================
 
-Errors are ``{"error": message, "status": code}``: 400 bad input (malformed JSON, a bad
-field or query value), 404 unknown task or key, 409 a refused state change.
+Errors are ``{"error": message, "status": code}``: 400 bad input (any malformed body:
+not UTF-8, not JSON, nested too deep, not an object, a bad field or query value), 404
+unknown task or key, 409 a refused state change, 503 storage unavailable, 500 a bug
+(logged with its traceback; the reply never shows internals).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -45,6 +48,8 @@ from snerd.projections.views import status as st
 from snerd.projections.views import tasks as views
 from snerd.projections.views import timeline as tl
 from snerd.rpc.protocol import Enqueue, parse_message
+
+log = logging.getLogger("snerd.dashboard")
 
 MAX_LIMIT = 10_000
 MAX_PASSES = 4  # filtering passes over the stored history for a timeline
@@ -289,3 +294,9 @@ async def errors(
         if not request.path.startswith("/api/") or exc.status < 400:
             raise
         return json({"error": exc.reason, "status": exc.status}, status=exc.status)
+    except Exception:  # a bug: logged with its traceback, answered as JSON, nothing leaks
+        if not request.path.startswith("/api/"):
+            raise
+        log.exception("internal error on %s %s", request.method, request.path)
+        return json({"error": "internal error (details in the server log)", "status": 500},
+                    status=500)  # fmt: skip

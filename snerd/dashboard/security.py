@@ -9,8 +9,9 @@ Rules, in order, for every request:
    (HttpOnly, SameSite=Strict), so the page's own fetches and websocket work.
 3. A mutating request (POST, PUT, PATCH, DELETE) from a non-loopback peer is refused
    unless a token is configured (and was given), whatever the bind address.
-4. A mutating request or a websocket upgrade whose ``Origin`` is not the ``Host`` it
-   was sent to is refused (cross-site requests, cross-site websocket hijacking).
+4. A mutating request or a websocket upgrade whose ``Origin`` is not the origin it
+   was sent to (scheme, ``Host`` name and port) is refused (cross-site requests,
+   cross-site websocket hijacking, an ``https`` page talking to the ``http`` port).
 """
 
 from __future__ import annotations
@@ -49,19 +50,27 @@ def _split_host(value: str, default_port: int) -> tuple[str, int]:
     return (parts.hostname or "").lower(), port
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def same_origin(request: web.Request) -> bool:
-    """True when there is no ``Origin`` header or it names the host the request hit."""
+    """True when there is no ``Origin`` header or it is exactly the origin the request
+    hit: the same scheme (``https`` only over TLS, ``http`` only without it), host and
+    port (default ports filled in per scheme). ``Origin: null`` and any other scheme
+    are refused."""
     origin = request.headers.get("Origin")
     if origin is None:
         return True
-    parts = urlsplit(origin)
-    default = 443 if parts.scheme in ("https", "wss") else 80
+    parts = urlsplit(origin.strip())
+    scheme = parts.scheme.lower()
+    expected = "https" if request.scheme == "https" else "http"
+    if scheme != expected:
+        return False
     try:
-        origin_port = parts.port or default
+        origin_port = parts.port or _DEFAULT_PORTS[scheme]
     except ValueError:
         return False
-    host_default = 443 if request.secure else 80
-    host, port = _split_host(request.host, host_default)
+    host, port = _split_host(request.host, _DEFAULT_PORTS[expected])
     return (parts.hostname or "").lower() == host and origin_port == port
 
 

@@ -5,6 +5,9 @@ record once: :func:`snerd.eventlog.iter_history`) or a single log file. The reco
 go through :mod:`snerd.projections.history`, the same fold the daemon runs, so the
 states shown are the ones the dispatcher saw. Read-only: no lock, no engine.
 
+``--verify`` also checks the checksum chain of every file (``eventlog/chain.py``) and
+names each broken link: a bit flip or an edit, a deletion, an insertion, a reorder.
+
 Exit codes: 0 ok, 1 ``--verify`` found problems, 2 bad usage, a path that does not
 exist or holds no log, or an unknown ``--task``.
 """
@@ -24,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from snerd.eventlog.base import Record, SkippedLine
+from snerd.eventlog.chain import Break, ChainReport
 from snerd.projections import events as ev
 from snerd.projections.events import record_time
 from snerd.projections.history import (
@@ -362,6 +366,61 @@ def render_problems(rows: list[dict[str, Any]]) -> None:
     out.print(table)
 
 
+# --- the checksum chain ---------------------------------------------------------------
+
+
+def verify_chain(source: Source) -> ChainReport:
+    """Check the checksum chain of every file (key from ``SNERD_LOG_KEY[_FILE]``)."""
+    from snerd.eventlog.chain import key_from_env, verify
+
+    try:
+        key = key_from_env()
+    except OSError as exc:
+        raise UsageProblem(f"cannot read the chain key: {exc}") from None
+    return verify(source.files, key)
+
+
+def chain_rows(report: ChainReport) -> list[dict[str, Any]]:
+    rows = []
+    for b in report.breaks:
+        where = f"{b.file} byte {b.offset}" if b.file else "chain"
+        if b.seq is not None:
+            where += f" (seq {b.seq})"
+        rows.append({"where": where, "task": b.task_id,
+                     "problem": f"checksum chain broken ({b.kind}): {b.message}"})  # fmt: skip
+    return rows
+
+
+def chain_summary(report: ChainReport | None) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    return {
+        "chained": report.chained,
+        "unchained": report.unchained,
+        "unverifiable": report.unverifiable,
+        "head": report.head,
+        "breaks": [_break(b) for b in report.breaks],
+    }
+
+
+def _break(b: Break) -> dict[str, Any]:
+    return {"file": b.file, "offset": b.offset, "seq": b.seq, "task": b.task_id,
+            "kind": b.kind, "message": b.message}  # fmt: skip
+
+
+def render_chain(report: ChainReport | None) -> None:
+    if report is None:
+        return
+    out = _console()
+    broken = sum(1 for b in report.breaks if b.kind != "unverifiable")
+    state = "[red]broken[/]" if broken else "[green]intact[/]"
+    out.print(
+        f"Checksum chain {state}: {report.chained:,} checksummed line(s), "
+        f"{report.unchained:,} line(s) without a checksum (SnerdMQ's own format, or"
+        " written before the chain)", soft_wrap=True,
+    )  # fmt: skip
+
+
 def _opt(value: Any) -> str:
     return "" if value is None else str(value)
 
@@ -394,18 +453,23 @@ def replay(
         kit.fail(f"no task {task_id!r} in {path}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
+    chained = verify_chain(source) if verify else None
+    if chained is not None:
+        problems.extend(chain_rows(chained))
     if as_json:
         data = summary(history, source)
         if entry is not None:
             data["history"] = transition_rows(entry)
         if verify:
             data["problems"] = problems
+            data["chain"] = chain_summary(chained)
         kit.emit_json(data)
     else:
         render_summary(history, source, at)
         if entry is not None:
             render_task(entry)
         if verify:
+            render_chain(chained)
             render_problems(problems)
     if problems:
         sys.exit(1)

@@ -17,9 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from daemonkit import Wire, base_env, check_stdout
-
-from snerd.rpc.client import Client
+from daemonkit import ForkingClient, Wire, base_env, check_stdout
 
 Spawn = Callable[..., Awaitable[Wire]]
 
@@ -39,8 +37,8 @@ async def spawn(storage: Path) -> AsyncIterator[Spawn]:
         env: dict[str, str] | None = None, register: tuple[str, ...] = (),
         binary: str | None = None,
     ) -> Wire:  # fmt: skip
-        client = Client(storage, env=base_env(clock=clock, workers=workers, **(env or {})),
-                        keep_transcript=True, binary=binary)  # fmt: skip
+        client = ForkingClient(storage, env=base_env(clock=clock, workers=workers, **(env or {})),
+                            keep_transcript=True, binary=binary)  # fmt: skip
         await client.start()
         wire = Wire(client, storage, clock=clock)
         wires.append(wire)

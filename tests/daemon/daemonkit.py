@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import orjson
 
-from snerd.rpc.client import Client, RemoteDispatchError
+from snerd.errors import SnerdError
+from snerd.rpc.client import STDOUT_LIMIT, Client, RemoteDispatchError
 
 T0 = 1_700_000_000.0
 """Where the daemons' test clock starts (2023-11-14T22:13:20Z)."""
@@ -62,6 +64,24 @@ def events_of(storage: Path, task_id: str, event: str | None = None) -> list[Mes
     ]  # fmt: skip
 
 
+async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT,
+                step: float = 0.01) -> None:  # fmt: skip
+    """Poll ``condition`` every ``step`` s until it holds; fail naming ``what`` after
+    ``timeout`` s. The way to wait for something no message announces (never a bare
+    sleep before an assertion)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(step)
+
+
+DRAINING = "draining ("
+"""What the daemon logs at info level once it has stopped claiming (signal or EOF)."""
+INFO = {"SNERD_LOG_LEVEL": "info"}
+"""``spawn(env=INFO)``: a daemon whose drain can be awaited with ``Wire.draining``."""
+
+
 def shim(tmp: Path) -> Path:
     """An executable ``snerdmq`` script that runs this checkout's daemon."""
     path = tmp / "snerdmq"
@@ -71,6 +91,27 @@ def shim(tmp: Path) -> Path:
     )
     path.chmod(0o755)
     return path
+
+
+class ForkingClient(Client):
+    """A :class:`Client` whose daemon is forked from the session's fork server (see
+    ``forkserver.py``) instead of exec'd: the same ``main()`` in its own process, minus
+    the interpreter start-up. A ``binary`` (or ``SNERD_TEST_SPAWN=exec``) execs."""
+
+    async def start(self) -> None:
+        if self.binary is not None or not forkserver.enabled():
+            await super().start()
+            return
+        if self.process is not None:
+            raise SnerdError("the client was already started")
+        self.process = await forkserver.spawn(  # type: ignore[assignment]
+            ["-c", self.storage], self._environment(), limit=STDOUT_LIMIT
+        )
+        loop = asyncio.get_running_loop()
+        self._readers = [loop.create_task(self._read_stdout()),
+                         loop.create_task(self._read_stderr())]  # fmt: skip
+        for task_type in self.handlers:
+            self._write({"action": "register", "task_type": task_type})
 
 
 def _matches(message: Message, action: str | None, fields: dict[str, Any]) -> bool:
@@ -172,6 +213,13 @@ class Wire:
         await self.send({"action": "_clock", "advance": seconds})
         await self.barrier()
         await self.barrier()
+
+    async def draining(self, timeout: float = WAIT) -> None:
+        """Wait until the daemon has begun its drain (it must run with ``env=INFO``)."""
+        await until(
+            lambda: any(DRAINING in line for line in self.client.stderr_tail),
+            f"daemon {self.pid} to begin draining (spawned with env=INFO?)", timeout,
+        )  # fmt: skip
 
     # --- receiving ------------------------------------------------------------------
 

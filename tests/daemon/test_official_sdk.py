@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from daemonkit import WAIT, events_of, read_log, shim
+from daemonkit import DRAINING, WAIT, events_of, read_log, shim, until
 
 snerdmq = pytest.importorskip("snerdmq", reason="snerdmq-python is not installed")
 SnerdQueue = snerdmq.SnerdQueue if hasattr(snerdmq, "SnerdQueue") else None
@@ -176,7 +176,10 @@ async def test_shutdown_stops_the_daemon(tmp_path: Path) -> None:
         await q.enqueue("y", "nobody", {})
 
 
-async def test_shutdown_lets_a_running_handler_finish(tmp_path: Path) -> None:
+async def test_shutdown_lets_a_running_handler_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SNERD_LOG_LEVEL", "info")  # the SDK passes its environment on
     q = SnerdQueue(binary_path=binary(tmp_path), storage_path=str(tmp_path / "store"))
     release = asyncio.Event()
     running = asyncio.Event()
@@ -190,7 +193,13 @@ async def test_shutdown_lets_a_running_handler_finish(tmp_path: Path) -> None:
     await asyncio.wait_for(q.enqueue("busy", "t", {}), WAIT)
     await asyncio.wait_for(running.wait(), WAIT)
     stopping = asyncio.create_task(q.shutdown())
-    await asyncio.sleep(0.3)
+    stderr: list[str] = []  # the SDK prints the daemon's stderr lines on its own
+
+    def drain_began() -> bool:
+        stderr.append(capsys.readouterr().err)
+        return DRAINING in "".join(stderr)
+
+    await until(drain_began, "the daemon to log the start of its drain")
     release.set()
     await asyncio.wait_for(stopping, 10)
     assert q.process.returncode == 0

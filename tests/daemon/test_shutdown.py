@@ -10,7 +10,7 @@ import time
 
 import orjson
 import pytest
-from daemonkit import DAEMON_CODE, ROOT, Wire, events_of
+from daemonkit import DAEMON_CODE, INFO, ROOT, Wire, events_of
 
 
 def sigterm(wire: Wire) -> None:
@@ -40,11 +40,13 @@ async def test_signal_with_nothing_in_flight_exits_zero_at_once(daemon: Wire, si
     assert events_of(daemon.storage, "queued", "enqueued")  # still there for later
 
 
-async def test_result_is_accepted_during_the_drain(daemon: Wire) -> None:
+async def test_result_is_accepted_during_the_drain(spawn) -> None:
+    daemon = await spawn(register=("t",), env=INFO)
     await daemon.ack("a")
     await daemon.expect("execute", task_id="a")
     sigterm(daemon)
-    await asyncio.sleep(0.2)  # let the signal land; the daemon must wait for us
+    await daemon.draining()  # the signal has landed; the daemon must wait for us
+    await daemon.barrier()
     assert daemon.client.returncode is None
     await daemon.result("a")
     assert await exit_code(daemon, 5) == 0
@@ -53,11 +55,12 @@ async def test_result_is_accepted_during_the_drain(daemon: Wire) -> None:
     assert not daemon.taken("error")
 
 
-async def test_no_new_executes_during_the_drain_but_enqueues_are_acked(daemon: Wire) -> None:
+async def test_no_new_executes_during_the_drain_but_enqueues_are_acked(spawn) -> None:
+    daemon = await spawn(register=("t",), env=INFO)
     await daemon.ack("a")
     await daemon.expect("execute", task_id="a")
     sigterm(daemon)
-    await asyncio.sleep(0.2)
+    await daemon.draining()
     reply = await daemon.enqueue("b")
     assert reply["action"] == "ack"
     stats = await daemon.stats()
@@ -71,13 +74,13 @@ async def test_no_new_executes_during_the_drain_but_enqueues_are_acked(daemon: W
 
 
 async def test_drain_timeout_releases_the_attempt_for_another_run(spawn, storage) -> None:
-    first = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "1"})
+    first = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "0.3"})
     await first.ack("a", max_retries=0)
     await first.expect("execute", task_id="a", attempt=1)
     started = time.monotonic()
     sigterm(first)
     assert await exit_code(first, 10) == 0
-    assert 0.8 < time.monotonic() - started < 6
+    assert 0.25 < time.monotonic() - started < 6  # it waited out the drain timeout
     [released] = events_of(storage, "a", "claim_released")
     assert released["reason"] == "drain"
     second = await spawn(register=("t",))
@@ -87,11 +90,11 @@ async def test_drain_timeout_releases_the_attempt_for_another_run(spawn, storage
 
 
 async def test_second_sigterm_ends_the_drain_at_once(spawn) -> None:
-    wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30"})
+    wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30", **INFO})
     await wire.ack("a")
     await wire.expect("execute", task_id="a")
     sigterm(wire)
-    await asyncio.sleep(0.3)
+    await wire.draining()
     started = time.monotonic()
     sigterm(wire)
     assert await exit_or_kill(wire, 5) == 0
@@ -101,11 +104,11 @@ async def test_second_sigterm_ends_the_drain_at_once(spawn) -> None:
 
 async def test_stdin_eof_during_a_drain_releases_at_once(spawn) -> None:
     """§8.4: after EOF no result can arrive, so waiting out the drain is pointless."""
-    wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30"})
+    wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30", **INFO})
     await wire.ack("a")
     await wire.expect("execute", task_id="a")
     sigterm(wire)
-    await asyncio.sleep(0.3)
+    await wire.draining()
     await wire.client.close_stdin()
     assert await exit_or_kill(wire, 5) == 0
     assert events_of(wire.storage, "a", "claim_released")
@@ -138,11 +141,11 @@ async def test_liveness_lock_file_is_removed_on_clean_exit(daemon: Wire) -> None
 
 
 async def test_client_close_drains_and_returns_the_exit_code(spawn) -> None:
-    wire = await spawn(register=("t",))
+    wire = await spawn(register=("t",), env=INFO)
     await wire.ack("a")
     await wire.expect("execute", task_id="a")
     closing = asyncio.create_task(wire.client.close(timeout=10))
-    await asyncio.sleep(0.2)
+    await wire.draining()
     await wire.result("a")
     assert await asyncio.wait_for(closing, 10) == 0
     assert events_of(wire.storage, "a", "succeeded")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from daemonkit import T0, WAIT, Wire, events_of
+from daemonkit import INFO, T0, WAIT, Wire, events_of
 
 
 @dataclass
@@ -149,16 +149,15 @@ async def test_failed_through_webhook_child_gets_its_final_post(daemon: Wire, ho
 
 
 @pytest.mark.parametrize("how", ["sigterm", "eof"])
-async def test_a_webhook_in_flight_finishes_during_the_drain(
-    daemon: Wire, hooks: Hooks, how: str
-) -> None:
+async def test_a_webhook_in_flight_finishes_during_the_drain(spawn, hooks: Hooks, how: str) -> None:
+    daemon = await spawn(register=("t",), env=INFO)
     await daemon.ack("slow", "hook", webhook_url=hooks.url(200) + "?hold=1")
     await asyncio.wait_for(hooks.arrived.wait(), WAIT)
     if how == "sigterm":
         daemon.client.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     else:
         await daemon.client.close_stdin()
-    await asyncio.sleep(0.2)
+    await daemon.draining()
     assert daemon.client.returncode is None  # waiting for the POST, not abandoning it
     hooks.release.set()
     assert await daemon.client.wait(timeout=10) == 0

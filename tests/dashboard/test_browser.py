@@ -11,9 +11,11 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from dashkit import EXPECTED_COUNTS, progress_record
+import pytest_asyncio
+from dashkit import EXPECTED_COUNTS, progress_record, reader_engine, seed_storage
 
 from snerd.dashboard import start_dashboard, url_of
 from snerd.dispatcher.engine import Engine
@@ -33,31 +35,58 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"BROWSER TEST SKIPPED: {reason} (install with: apt-get install -y chromium)")
 
 
-@pytest.fixture
-async def page(engine: Engine, tmp_path: Path) -> AsyncIterator[object]:
+# One Chromium per module (launching it is most of a test's time); each test gets a
+# fresh browser context (no shared cookies, storage or cache), its own storage, engine
+# and dashboard. Everything here runs on the module's event loop, where the browser is.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def browser() -> AsyncIterator[Any]:
     if not Path(CHROMIUM).exists():
         _unavailable(f"no Chromium at {CHROMIUM}")
     try:
         from playwright.async_api import async_playwright
     except ImportError:
         _unavailable("the playwright package is not installed")
-    runner = await start_dashboard(engine, port=0)
     async with async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-            args=ARGS, viewport={"width": 1280, "height": 900},
-        )  # fmt: skip
-        context.set_default_timeout(TIMEOUT_MS)
-        tab = await context.new_page()
-        errors: list[str] = []
-        tab.on("pageerror", lambda exc: errors.append(str(exc)))
-        tab.base_url = url_of(runner)  # type: ignore[attr-defined]
+        chromium = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
-            yield tab
+            yield chromium
         finally:
-            await context.close()
-            await runner.cleanup()
-        assert not errors, f"JavaScript errors on the page: {errors}"
+            await chromium.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def storage(tmp_path: Path) -> Path:
+    path = tmp_path / "store"
+    await seed_storage(path)
+    return path
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def engine(storage: Path) -> AsyncIterator[Engine]:
+    eng = reader_engine(storage)
+    await eng.start()
+    yield eng
+    await eng.drain(0)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(browser: Any, engine: Engine) -> AsyncIterator[object]:
+    runner = await start_dashboard(engine, port=0)
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    tab = await context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.base_url = url_of(runner)  # type: ignore[attr-defined]
+    try:
+        yield tab
+    finally:
+        await context.close()
+        await runner.cleanup()
+    assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 async def _text(page, selector: str) -> str:

@@ -15,7 +15,7 @@ import pytest
 from logkit import Recorder, run_child
 
 from snerd.errors import LogError
-from snerd.eventlog import compaction, locking, watch
+from snerd.eventlog import locking, watch
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.history import iter_history, read_records
 from snerd.eventlog.layout import resolve
@@ -223,27 +223,6 @@ async def test_contended_lock_is_awaited_without_blocking_the_loop(
         assert [r["k"] for r in rec.records] == ["a"]
     finally:
         os.close(holder)
-
-
-async def test_write_error_is_fatal_for_the_instance(
-    file_log: Opener, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    log, _ = await file_log()
-    await log.append(put("a"))
-
-    def no_space(fd: int, data: bytes) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(compaction, "write_all", no_space)
-    results = await asyncio.gather(
-        log.append(put("b")), log.append(put("c")), return_exceptions=True
-    )
-    assert all(isinstance(r, LogError) for r in results)
-    monkeypatch.undo()
-    with pytest.raises(LogError):
-        await log.append(put("d"))
-    _, fresh = await file_log()
-    assert [r["k"] for r in fresh.records] == ["a"]
 
 
 COMPACTOR = """

@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis_budget import examples
 from logkit import Recorder
 
 from snerd.eventlog.base import Record
@@ -159,7 +160,7 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=examples(150),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -15,12 +15,12 @@ in bulk) gives the live state.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis_budget import examples
 from loggen import T0
 from projcheck import check_invariants, observable_view, state_view
 
@@ -254,7 +254,7 @@ class DeciderMachine(RuleBasedStateMachine):
 
 
 DeciderMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("DECIDER_EXAMPLES", "100")),
+    max_examples=examples(150),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 from loggen import any_logs, any_records, json_values, nows, valid_logs
 from projcheck import check_invariants, state_view
 
@@ -14,8 +15,12 @@ from snerd.projections import events as ev
 from snerd.projections.replay import BulkFolder, bulk_fold
 from snerd.projections.state import QueueState, advance, empty, fold
 
-CORE = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-WIDE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CORE = settings(
+    max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+WIDE = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def folded(records: list[dict[str, Any]], now: float) -> QueueState:
@@ -45,7 +50,7 @@ any_mappings = st.dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(any_mappings, max_size=12))
 def test_fold_never_raises_on_any_mapping(records: list[dict[str, Any]]) -> None:
     fold(empty(), records)

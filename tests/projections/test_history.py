@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import given, note, settings
+from hypothesis_budget import examples
 from loggen import T0, any_logs, nows
 from projcheck import state_view
 
@@ -60,7 +61,7 @@ def dead(task_id: str, at: float, **fields: Any) -> dict[str, Any]:
 # --- properties -----------------------------------------------------------------------------
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(any_logs, nows)
 def test_final_states_agree_with_the_queue_fold(records: list[dict[str, Any]], now: float) -> None:
     note(f"records = {records!r}")
@@ -88,7 +89,7 @@ def figures(tasks: dict[str, h.TaskHistory]) -> dict[str, tuple[Any, ...]]:
     return {k: (t.state, t.attempts, t.last_error, t.type, t.history_len) for k, t in tasks.items()}
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(any_logs, nows)
 def test_summary_equals_audit_without_transitions(
     records: list[dict[str, Any]], now: float
@@ -104,7 +105,7 @@ def test_summary_equals_audit_without_transitions(
         assert entry.history_len == sum(not t.derived for t in entry.transitions)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(any_logs, nows)
 def test_heap_rebuilds_do_not_change_the_result(records: list[dict[str, Any]], now: float) -> None:
     whole = audit(records, now)
@@ -117,7 +118,7 @@ def test_heap_rebuilds_do_not_change_the_result(records: list[dict[str, Any]], n
     }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(any_logs, nows)
 def test_state_at_folds_exactly_the_records_until_the_instant(
     records: list[dict[str, Any]], at: float

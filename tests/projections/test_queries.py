@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 from loggen import any_logs, nows
 
 from snerd.projections import queries
@@ -48,7 +49,7 @@ def picks_one_by_one(
     return out
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(any_logs, nows, st.sampled_from(sorted(ELIGIBLE)), st.integers(min_value=1, max_value=8))
 def test_pick_many_equals_successive_picks_with_claims(
     records: list[dict[str, Any]], now: float, which: str, limit: int

@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis_budget import examples
 from loggen import T0
 from projcheck import check_invariants, observable_view, state_view
 
@@ -203,7 +204,7 @@ def _instant(seconds: float) -> str:
 
 
 QueueMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=examples(200),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

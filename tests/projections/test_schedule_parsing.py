@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from snerd.errors import EventError
 from snerd.projections.schedule import (
@@ -238,7 +239,7 @@ EXPRESSIONS = [
 INSTANTS = st.floats(min_value=at("1971-01-01T00:00:00"), max_value=at("2090-01-01T00:00:00"))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(EXPRESSIONS), INSTANTS, INSTANTS)
 def test_next_fire_is_after_and_monotone(expr: str, a: float, b: float) -> None:
     cron = parse_cron(expr)
@@ -248,7 +249,7 @@ def test_next_fire_is_after_and_monotone(expr: str, a: float, b: float) -> None:
     assert fire_lo <= fire_hi
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.sampled_from(EXPRESSIONS), INSTANTS)
 def test_no_fire_is_skipped(expr: str, after: float) -> None:
     """Nothing fires between ``after`` and ``next_fire(after)``: it is the *first* fire."""
@@ -258,7 +259,7 @@ def test_no_fire_is_skipped(expr: str, after: float) -> None:
         assert next_fire(cron, first - 1) == first
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.sampled_from(EXPRESSIONS), INSTANTS, st.floats(min_value=0, max_value=10 * 86400))
 def test_reschedule_is_in_the_future(expr: str, scheduled: float, late: float) -> None:
     cron = parse_cron(expr)

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 from loggen import Bytes, any_logs, nows, task_fields
 from projcheck import (
     check_invariants,
@@ -30,7 +31,9 @@ from snerd.projections.snapshot import snapshot_records
 from snerd.projections.state import QueueState, advance, empty, fold
 from snerd.projections.task import BLOCKED, Task, task_from_record, task_to_record
 
-CORE = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CORE = settings(
+    max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def folded(records: list[dict[str, Any]], now: float) -> QueueState:
@@ -79,7 +82,7 @@ def test_snapshot_replays_to_the_same_observable_state(
     assert observable_view(rebuilt, now) == observable_view(original, now)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(any_logs, nows)
 def test_snapshot_of_a_snapshot_is_a_fixed_point(records: list[dict[str, Any]], now: float) -> None:
     once = snapshot_records(folded(records, now), now)
@@ -87,7 +90,7 @@ def test_snapshot_of_a_snapshot_is_a_fixed_point(records: list[dict[str, Any]], 
     assert twice == once
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(any_logs, any_logs, nows)
 def test_snapshot_plus_tail_equals_whole_log(
     head: list[dict[str, Any]], tail: list[dict[str, Any]], now: float
@@ -132,7 +135,7 @@ def test_snapshot_drops_rate_window_times_older_than_a_minute() -> None:
 # --- (f) task record round trip ------------------------------------------------------------
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(st.binary(min_size=48, max_size=48), st.integers(min_value=0, max_value=10**6))
 def test_task_survives_record_round_trip(data: bytes, order: int) -> None:
     task = task_from_record(task_fields(Bytes(data)), order=order)
@@ -142,7 +145,7 @@ def test_task_survives_record_round_trip(data: bytes, order: int) -> None:
     assert task_to_record(again) == record
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.builds(
         Task,

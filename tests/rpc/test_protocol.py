@@ -10,6 +10,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from snerd.errors import ProtocolError
 from snerd.rpc import protocol as p
@@ -600,31 +601,31 @@ NEAR_VALID = st.tuples(
 """Valid skeletons with a few fields overridden: reaches every field validator."""
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), suppress_health_check=[HealthCheck.too_slow])
 @given(MESSAGES)
 def test_fuzz_messages(msg: dict[str, Any]) -> None:
     check(orjson.dumps(msg))
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(NEAR_VALID)
 def test_fuzz_near_valid_messages(msg: dict[str, Any]) -> None:
     check(orjson.dumps(msg))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(JSON)
 def test_fuzz_json_values(value: Any) -> None:
     check(orjson.dumps(value))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.binary(max_size=200))
 def test_fuzz_bytes(raw: bytes) -> None:
     check(raw)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.text(max_size=200))
 def test_fuzz_text(raw: str) -> None:
     check(raw)

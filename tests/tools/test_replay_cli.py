@@ -13,6 +13,7 @@ import orjson
 import pytest
 from click.testing import CliRunner, Result
 from hypothesis import given, settings
+from hypothesis_budget import examples
 
 from snerd.projections.history import audit
 from snerd.projections.schedule import format_instant
@@ -139,7 +140,7 @@ def test_counts_of_a_dag_log(dag_storage: Path) -> None:
 
 def test_json_shape(dag_storage: Path) -> None:
     data = as_json(dag_storage)
-    assert set(data) == {"tasks", "counts", "skipped_lines", "events"}
+    assert set(data) == {"tasks", "counts", "skipped_lines", "events", "ambiguous_completed"}
     assert set(data["tasks"]) == {"p", "c", "g", "ok", "r"}
     for entry in data["tasks"].values():
         assert set(entry) == {"state", "attempts", "last_error", "type", "history_len"}
@@ -329,7 +330,7 @@ def test_a_storage_dir_reads_archives_then_the_live_log(tmp_path: Path) -> None:
 # --- the two-pass --task path equals the full audit ---------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(logs=loggen.any_logs, now=loggen.nows)
 def test_history_of_one_task_equals_the_full_audit(logs: list[dict[str, Any]], now: float) -> None:
     full = audit(logs, now)
@@ -397,6 +398,46 @@ def test_anything_else_runs_the_daemon_without_click_or_rich(tmp_path: Path) -> 
         done = python(code, *argv)
         assert done.returncode == 7, done.stderr
         assert done.stdout.strip() == f"{shown} False False"
+
+
+_HEAVY = ("aiohttp", "rich", "click", "croniter", "portalocker", "snerd.dashboard")
+_LOADED = (
+    "import atexit, sys\n"
+    f"atexit.register(lambda: print('LOADED', sorted(m for m in {_HEAVY!r} if m in sys.modules),"
+    " file=sys.stderr))\n"
+    "from snerd.cli import main; main()"
+)
+
+
+def test_the_daemon_runs_without_heavy_imports(tmp_path: Path) -> None:
+    """Every SDK spawn waits for the daemon's start-up: it loads neither the web server,
+    the CLI's libraries, croniter (until a cron task needs it) nor portalocker (POSIX
+    locks go straight to flock)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, str(tmp_path / "store")], capture_output=True,
+        text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _loaded(done.stderr) == "[]", done.stderr
+    assert (tmp_path / "store" / "tasks").is_dir()  # it did run on the storage
+
+
+def _loaded(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("LOADED ")]
+    assert len(lines) == 1, stderr
+    return lines[0].removeprefix("LOADED ")
+
+
+def test_the_daemon_loads_the_dashboard_only_when_asked(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SNERD_DASHBOARD_PORT": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, str(tmp_path / "store")], capture_output=True,
+        text=True, env=env, stdin=subprocess.DEVNULL, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = _loaded(done.stderr)
+    assert "'aiohttp'" in loaded and "'snerd.dashboard'" in loaded, loaded
 
 
 def test_help_lists_replay() -> None:

@@ -1,0 +1,293 @@
+"""Projection-fold benchmark: folded events per second, as ratios against JSON decoding.
+
+    python -m benchmarks.bench_fold [--records N] [--max-batch K] [--rounds R]
+
+Generates a realistic log in memory (tasks enqueued, claimed, some with progress,
+most succeed; some fail, retry and succeed; some fail until dead-lettered; a sliding
+window leaves about ``--live`` tasks unfinished; ~300-byte lines), then measures, in
+this one process:
+
+- baselines: a plain ``json.loads`` loop and a plain ``orjson.loads`` loop over the
+  same lines;
+- (a) the incremental fold as the engine uses it: ``fold(state, batch)`` from
+  ``empty()``, on batches of 1..K records (cycling 1, 2, ..., K) as records arrive;
+- (b) the bulk replay used at start-up: ``bulk_fold(records)``.
+
+Decoding (orjson, the same decoder the log uses) is timed apart from folding in (a)
+and (b), so the figures say where the time goes: each line is decoded in chunks
+whose decode time is measured and subtracted. Only public entry points are used
+(``empty``, ``fold``, ``bulk_fold``), so the benchmark keeps working when the core
+changes shape. Each figure is the median of ``--rounds`` runs, except the
+incremental fold's (``--incremental-rounds``, default 1: it is the slow one, and one
+pass over 200,000 records already folds in thousands of batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+
+from snerd.projections.replay import bulk_fold
+from snerd.projections.state import empty, fold
+
+Record = dict[str, Any]
+CHUNK = 2048  # lines decoded per timed chunk
+T0_MS = 1_760_000_000_000
+DAEMON = "d-bench-7f3a21"
+TYPES = ("send_email", "resize_image", "sync_crm", "charge_card")
+
+# ------------------------------------------------------------------ the log
+
+
+def _iso(ms: int) -> str:
+    seconds, milli = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{milli:03d}Z"
+
+
+def _task(i: int, ts: int) -> Record:
+    """SnerdMQ's task fields, as the engine writes them on a full-state line."""
+    at = _iso(ts)
+    return {
+        "taskId": f"task-{i:08d}",
+        "taskType": TYPES[i % len(TYPES)],
+        "taskData": json.dumps({"user": i % 9973, "template": "welcome", "n": i}),
+        "retryCount": 0,
+        "maxRetries": 1 if i % 20 == 19 else 3,
+        "retryAfterHours": 0.0,
+        "retryAfterTime": at,
+        "executeAt": at,
+        "deletedAt": None,
+        "urgencyScore": float(i % 5),
+        "createdAt": at,
+    }
+
+
+def _full(task: Record, event: str, ts: int, **ours: Any) -> Record:
+    return {**task, "event": event, "ts": ts, "daemon": DAEMON, **ours}
+
+
+def _light(event: str, task_id: str, ts: int, **fields: Any) -> Record:
+    return {"event": event, "ts": ts, "daemon": DAEMON, "taskId": task_id, **fields}
+
+
+def _lifecycle(i: int, lag: int) -> Iterator[tuple[int, Record]]:
+    """(step, record) of task ``i``'s whole life. Outcome by ``i % 20``: 0..14 succeed
+    first time, 15..18 fail once then succeed, 19 fails twice with one retry allowed
+    and is dead-lettered. Every third attempt reports progress."""
+    step = i
+    ts = T0_MS + 3 * step
+    task = _task(i, ts)
+    tid = task["taskId"]
+    yield step, _full(task, "enqueued", ts)
+    fails = 0 if i % 20 < 15 else (1 if i % 20 < 19 else 2)
+    step += lag
+    for attempt in range(1, fails + 2):
+        ts = T0_MS + 3 * step
+        yield step, _light("claimed", tid, ts, attempt=attempt, leaseUntil=ts + 3_600_000)
+        if (i + attempt) % 3 == 0:
+            yield step + 1, _light("progress", tid, ts + 3, attempt=attempt, data={"pct": 50})
+        step += 2
+        ts = T0_MS + 3 * step
+        if attempt > fails:
+            done = dict(task, deletedAt=_iso(ts))
+            yield step, _full(done, "succeeded", ts, attempt=attempt)
+            return
+        error = f"RuntimeError: upstream timed out (attempt {attempt})"
+        task = dict(
+            task,
+            retryCount=task["retryCount"] + (1 if task["retryCount"] < task["maxRetries"] else 0),
+            LastJobError={"error": error, "retry_worthy": True},
+            LastErrorObj=error,
+        )
+        if attempt <= task["maxRetries"]:
+            yield step, _full(task, "retry_scheduled", ts, attempt=attempt)
+            step += 3
+        else:
+            dead = dict(task, deletedAt=_iso(ts))
+            reason = "retries_exhausted"
+            yield step, _full(dead, "dead_lettered", ts, attempt=attempt, reason=reason)
+            return
+
+
+def generate(records: int, live: int) -> list[bytes]:
+    """``records`` log lines (with ``seq``), tasks interleaved as a sliding window."""
+    lag = max(1, live // 2)
+    pending: dict[int, list[Record]] = {}
+    lines: list[bytes] = []
+    dumps = orjson.dumps
+    i = step = 0
+    while len(lines) < records:
+        for at, record in _lifecycle(i, lag):
+            pending.setdefault(at, []).append(record)
+        i += 1
+        for record in pending.pop(step, ()):
+            record["seq"] = len(lines) + 1
+            lines.append(dumps(record))
+            if len(lines) == records:
+                break
+        step += 1
+    return lines
+
+
+# ------------------------------------------------------------------ timings
+
+
+def _json_loop(lines: Sequence[bytes]) -> float:
+    loads = json.loads
+    t0 = time.perf_counter()
+    for line in lines:
+        loads(line)
+    return time.perf_counter() - t0
+
+
+def _orjson_loop(lines: Sequence[bytes]) -> float:
+    loads = orjson.loads
+    t0 = time.perf_counter()
+    for line in lines:
+        loads(line)
+    return time.perf_counter() - t0
+
+
+class _Decoder:
+    """Decodes lines chunk by chunk with orjson, adding up the time it spends."""
+
+    def __init__(self, lines: Sequence[bytes]) -> None:
+        self.lines = lines
+        self.seconds = 0.0
+
+    def chunks(self) -> Iterator[list[Record]]:
+        loads, lines = orjson.loads, self.lines
+        for start in range(0, len(lines), CHUNK):
+            t0 = time.perf_counter()
+            chunk = [loads(line) for line in lines[start : start + CHUNK]]
+            self.seconds += time.perf_counter() - t0
+            yield chunk
+
+    def records(self) -> Iterator[Record]:
+        for chunk in self.chunks():
+            yield from chunk
+
+
+def _incremental(lines: Sequence[bytes], max_batch: int) -> tuple[float, float, int]:
+    """(decode s, fold s, live tasks) of the engine's fold on batches of 1..max_batch."""
+    decoder = _Decoder(lines)
+    state = empty()
+    folding = 0.0
+    size = 0
+    for chunk in decoder.chunks():
+        t0 = time.perf_counter()
+        start = 0
+        while start < len(chunk):
+            size = size % max_batch + 1
+            state, _ = fold(state, chunk[start : start + size])
+            start += size
+        folding += time.perf_counter() - t0
+    return decoder.seconds, folding, len(state.tasks)
+
+
+def _bulk(lines: Sequence[bytes]) -> tuple[float, float, int]:
+    """(decode s, fold s, live tasks) of the start-up replay."""
+    decoder = _Decoder(lines)
+    t0 = time.perf_counter()
+    state = bulk_fold(decoder.records())
+    total = time.perf_counter() - t0
+    return decoder.seconds, total - decoder.seconds, len(state.tasks)
+
+
+def _median(run: Callable[[], Any], rounds: int) -> list[Any]:
+    results = []
+    for _ in range(rounds):
+        gc.collect()
+        results.append(run())
+    return results
+
+
+# ------------------------------------------------------------------ report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parse(argv)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"projection-fold benchmark (python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"load {load}; median of {args.rounds}, incremental {args.incremental_rounds})"
+    )
+    t0 = time.perf_counter()
+    lines = generate(args.records, args.live)
+    n = len(lines)
+    size = sum(len(line) + 1 for line in lines)
+    print(
+        f"log: {n:,} records, {size / 1e6:.1f} MB, {size / n:.0f} bytes/record "
+        f"(generated in {time.perf_counter() - t0:.1f}s)"
+    )
+    json_s = statistics.median(_median(lambda: _json_loop(lines), args.rounds))
+    orjson_s = statistics.median(_median(lambda: _orjson_loop(lines), args.rounds))
+    print(f"baseline json.loads loop      : {n / json_s:12,.0f} records/s")
+    print(
+        f"baseline orjson.loads loop    : {n / orjson_s:12,.0f} records/s  "
+        f"({json_s / orjson_s:.2f}x json)"
+    )
+    _line("(a) incremental fold", args, n, json_s, orjson_s,
+          _median(lambda: _incremental(lines, args.max_batch), args.incremental_rounds),
+          f"batches of 1..{args.max_batch}")  # fmt: skip
+    _line("(b) bulk replay", args, n, json_s, orjson_s,
+          _median(lambda: _bulk(lines), args.rounds), "bulk_fold")  # fmt: skip
+
+
+def _line(
+    name: str,
+    args: argparse.Namespace,
+    n: int,
+    json_s: float,
+    orjson_s: float,
+    runs: list[tuple[float, float, int]],
+    note: str,
+) -> None:
+    decode = statistics.median(r[0] for r in runs)
+    folding = statistics.median(r[1] for r in runs)
+    total = statistics.median(r[0] + r[1] for r in runs)
+    live = runs[-1][2]
+    print(f"{name} [{note}; {live:,} live tasks at the end]")
+    print(
+        f"    fold only                 : {n / folding:12,.0f} events/s  "
+        f"({folding / total:.0%} of decode+fold)"
+    )
+    print(
+        f"    decode (orjson) + fold    : {n / total:12,.0f} events/s  "
+        f"{_ratio(json_s, total)} json.loads loop, {_ratio(orjson_s, total)} orjson.loads loop"
+    )
+    print(f"    of which decode           : {n / decode:12,.0f} records/s")
+
+
+def _ratio(baseline_s: float, ours_s: float) -> str:
+    """'2.60x faster than' / '3.1x slower than': our time against a baseline's."""
+    if ours_s <= baseline_s:
+        return f"{baseline_s / ours_s:.2f}x faster than"
+    return f"{ours_s / baseline_s:.2f}x slower than"
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--records", type=int, default=200_000, help="log records (default 200,000)")
+    p.add_argument("--live", type=int, default=3000, help="tasks unfinished at the end (about)")
+    p.add_argument("--max-batch", type=int, default=3, help="incremental batch sizes 1..K")
+    p.add_argument("--rounds", type=int, default=3, help="runs per figure (median)")
+    p.add_argument("--incremental-rounds", type=int, default=1, help="runs of (a) (median)")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main()
