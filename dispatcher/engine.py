@@ -71,10 +71,14 @@ class EngineConfig:
     compact_min_bytes: int = 1 << 20
     compact_dead_ratio: float = 0.5
     compact_dead_records: int = 10_000
+    archive_max_age_seconds: float | None = None
+    archive_max_bytes: int | None = None
     """Compaction thresholds (:func:`snerd.dispatcher.housekeeping.should_compact`): a
     log of ``compact_min_bytes`` or more that is ``compact_dead_ratio`` dead, or any log
     with ``compact_dead_records`` dead records (SnerdMQ compacts after 10,000 appends),
-    so a long-running small queue keeps a small live log."""
+    so a long-running small queue keeps a small live log. Archives (the audit trail) are
+    kept unless ``archive_max_age_seconds`` or ``archive_max_bytes`` is set: then each
+    compaction deletes the oldest past that age, or beyond that total size."""
     passive: bool = False
     """Follow the log and accept operator commands only: no dispatch, no housekeeping
     (dashboards and CLI tools: they never write unless told to)."""
@@ -427,6 +431,17 @@ class Engine:
         self._compacting = True
         try:
             await self.log.compact(snapshot_records(self.state, self.clock.now()))
+            await self.prune_archives()
         finally:
             self._compacting = False
         return True
+
+    async def prune_archives(self) -> int:
+        """Apply the archive retention, if one is configured; return archives deleted."""
+        age, size = self.config.archive_max_age_seconds, self.config.archive_max_bytes
+        if age is None and size is None:
+            return 0
+        return await asyncio.to_thread(
+            self.log.prune_archives, max_age_ms=None if age is None else int(age * 1000),
+            max_bytes=size, now_ms=int(self.clock.now() * 1000),
+        )  # fmt: skip

@@ -47,6 +47,19 @@ def _whole(env: Mapping[str, str], name: str, default: int) -> int:
     return int(raw)
 
 
+def _optional(env: Mapping[str, str], name: str, unit: float) -> float | None:
+    """A retention setting: unset means keep everything."""
+    if not env.get(name):
+        return None
+    value = _number(env, name, -1.0, minimum=0)
+    return None if value < 0 else value * unit
+
+
+def _optional_int(env: Mapping[str, str], name: str) -> int | None:
+    value = _optional(env, name, 1.0)
+    return None if value is None else int(value)
+
+
 def engine_config(env: Mapping[str, str]) -> EngineConfig:
     return EngineConfig(
         max_workers=_whole(env, "SNERD_MAX_WORKERS", 8),
@@ -56,4 +69,6 @@ def engine_config(env: Mapping[str, str]) -> EngineConfig:
         housekeeping_seconds=_number(env, "SNERD_HOUSEKEEPING_SECONDS", 1.0, minimum=0.05),
         compact_min_bytes=int(_number(env, "SNERD_COMPACT_BYTES", 1 << 20, minimum=0)),
         compact_dead_records=_whole(env, "SNERD_COMPACT_DEAD_RECORDS", 10_000),
+        archive_max_age_seconds=_optional(env, "SNERD_ARCHIVE_MAX_AGE_DAYS", 86400.0),
+        archive_max_bytes=_optional_int(env, "SNERD_ARCHIVE_MAX_BYTES"),
     )

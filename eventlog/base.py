@@ -100,6 +100,12 @@ class EventLog(abc.ABC):
         archive so audit tools can still read the full history.
         """
 
+    def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
+                       now_ms: int) -> int:  # fmt: skip
+        """Delete archived history past the retention (age, total size); return how
+        many archives went. Blocking. Archives are kept unless an operator asks."""
+        return 0
+
     @abc.abstractmethod
     def stats(self) -> LogStats:
         """Size, record and skipped-line counts, last sequence number."""

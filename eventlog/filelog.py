@@ -166,6 +166,12 @@ class FileLog(BatchingLog):
                     os.close(fd)
         self._fd = self._lock_fd = -1
 
+    def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
+                       now_ms: int) -> int:  # fmt: skip
+        gone = self.layout.prune_archives(max_age_ms=max_age_ms, max_bytes=max_bytes,
+                                          now_ms=now_ms)  # fmt: skip
+        return len(gone)
+
     def stats(self) -> LogStats:
         try:
             size = os.fstat(self._fd).st_size if self._fd >= 0 else 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,19 @@ class Layout:
                 found.append((key, p))
         return [p for _, p in sorted(found)]
 
+    def prune_archives(
+        self, *, max_age_ms: int | None, max_bytes: int | None, now_ms: int
+    ) -> list[Path]:
+        """Delete the archives retention lets go (:func:`to_prune`); return them."""
+        files = self.archive_files()
+        known = [(int(_ARCHIVE_RE.match(p.name).group(1)), p.stat().st_size)  # type: ignore[union-attr]
+                 for p in files]  # fmt: skip
+        gone = files[: to_prune(known, max_age_ms=max_age_ms, max_bytes=max_bytes,
+                                now_ms=now_ms)]  # fmt: skip
+        for path in gone:
+            path.unlink(missing_ok=True)
+        return gone
+
     def free_archive_name(self, ts_ms: int, last_seq: int) -> str:
         """:func:`archive_name`, with a ``-<n>`` suffix if that name is taken."""
         name = archive_name(ts_ms, last_seq)
@@ -93,6 +107,24 @@ class Layout:
             n += 1
             name = archive_name(ts_ms, last_seq, n)
         return name
+
+
+def to_prune(
+    archives: Sequence[tuple[int, int]], *, max_age_ms: int | None, max_bytes: int | None,
+    now_ms: int,
+) -> int:  # fmt: skip
+    """How many of ``archives`` ((compaction ms, size), oldest first) to delete: those
+    older than ``max_age_ms``, then the oldest until the rest fit in ``max_bytes``."""
+    n = 0
+    if max_age_ms is not None:
+        while n < len(archives) and archives[n][0] < now_ms - max_age_ms:
+            n += 1
+    if max_bytes is not None:
+        total = sum(size for _, size in archives[n:])
+        while n < len(archives) and total > max_bytes:
+            total -= archives[n][1]
+            n += 1
+    return n
 
 
 def archive_name(ts_ms: int, last_seq: int, n: int = 0) -> str:

@@ -18,7 +18,7 @@ from snerd.eventlog.base import LogListener, LogStats, Record
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_complete
 from snerd.eventlog.compaction import snapshot_header, snapshot_lines
-from snerd.eventlog.layout import archive_name
+from snerd.eventlog.layout import archive_name, to_prune
 
 
 class MemoryStore:
@@ -85,6 +85,14 @@ class MemoryLog(BatchingLog):
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
+
+    def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
+                       now_ms: int) -> int:  # fmt: skip
+        archives = self.store.archives
+        known = [(int(name.split("-")[1]), sum(map(len, lines))) for name, lines in archives]
+        n = to_prune(known, max_age_ms=max_age_ms, max_bytes=max_bytes, now_ms=now_ms)
+        del archives[:n]
+        return n
 
     def stats(self) -> LogStats:
         size = sum(map(len, self.store.lines))

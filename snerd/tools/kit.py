@@ -11,7 +11,7 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -114,6 +114,25 @@ def cli_daemon_id(tool: str) -> str:
     return f"{tool}-{socket.gethostname()}-{os.getpid()}"
 
 
+def retention(env: Mapping[str, str]) -> dict[str, Any]:
+    """The archive retention from ``SNERD_ARCHIVE_MAX_AGE_DAYS`` / ``_MAX_BYTES`` (unset:
+    keep every archive), as the daemons read it; a bad value is refused (exit 2)."""
+    out: dict[str, Any] = {}
+    for name, key, unit in (("SNERD_ARCHIVE_MAX_AGE_DAYS", "archive_max_age_seconds", 86400),
+                            ("SNERD_ARCHIVE_MAX_BYTES", "archive_max_bytes", 1)):  # fmt: skip
+        raw = env.get(name)
+        if not raw:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not (value >= 0 and value != float("inf")):
+            fail(f"{name}={raw!r} is not a number >= 0", code=2)
+        out[key] = int(value) if unit == 1 else value * unit
+    return out
+
+
 def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
     """A passive engine on ``storage``: it claims nothing and keeps no house (no
     orphan release, no compaction); it writes only what its caller asks for. The
@@ -121,7 +140,7 @@ def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
     from snerd.dispatcher.engine import Engine, EngineConfig
     from snerd.eventlog import FileLog
 
-    config = EngineConfig(daemon_id=cli_daemon_id(tool), passive=True)
+    config = EngineConfig(daemon_id=cli_daemon_id(tool), passive=True, **retention(os.environ))
     return Engine(FileLog(storage, follow=follow), executors=[], config=config)
 
 

@@ -56,3 +56,61 @@ def test_compacting_an_unchanged_log_adds_no_archive(tmp_path: Path) -> None:
     assert len(list((store / "tasks" / "archive").iterdir())) == 1
     assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
     assert json.loads(cli("compact", str(store), "--json").stdout)["compacted"] is True
+
+
+def test_retention_picks_the_oldest_archives() -> None:
+    from snerd.eventlog.layout import to_prune
+
+    archives = [(1_000, 100), (2_000, 100), (3_000, 100)]  # (compaction ms, bytes)
+    assert to_prune(archives, max_age_ms=None, max_bytes=None, now_ms=9_000) == 0
+    assert to_prune(archives, max_age_ms=7_500, max_bytes=None, now_ms=9_000) == 1
+    assert to_prune(archives, max_age_ms=None, max_bytes=250, now_ms=9_000) == 1
+    assert to_prune(archives, max_age_ms=None, max_bytes=100, now_ms=9_000) == 2
+    assert to_prune(archives, max_age_ms=0, max_bytes=None, now_ms=9_000) == 3
+
+
+def test_the_daemons_read_the_retention_from_the_environment() -> None:
+    from snerd.dispatcher.settings import engine_config
+
+    assert engine_config({}).archive_max_age_seconds is None  # keep everything
+    config = engine_config({"SNERD_ARCHIVE_MAX_AGE_DAYS": "30",
+                            "SNERD_ARCHIVE_MAX_BYTES": "1000000"})  # fmt: skip
+    assert config.archive_max_age_seconds == 30 * 86400
+    assert config.archive_max_bytes == 1_000_000
+
+
+async def test_the_memory_backend_honours_retention_too() -> None:
+    from snerd.dispatcher.clock import ManualClock
+    from snerd.dispatcher.engine import Engine
+    from snerd.eventlog import MemoryLog, MemoryStore
+    from snerd.projections.commands import Enqueue
+
+    store = MemoryStore()
+    clock = ManualClock(1_700_000_000.0)
+    config = EngineConfig(daemon_id="d", passive=True, archive_max_bytes=1)
+    engine = Engine(MemoryLog(store), executors=[], clock=clock, config=config)
+    await engine.start()
+    await engine.enqueue(Enqueue("a", "t"))
+    assert await engine.compact()
+    assert store.archives == []  # the budget holds no archive at all
+    await engine.drain(0)
+
+
+def test_snerdmq_compact_honours_retention(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    store = tmp_path / "q"
+
+    def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "snerd.cli", *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    archive = store / "tasks" / "archive"
+    for _ in range(3):
+        assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
+        assert cli("compact", str(store)).returncode == 0
+    assert len(list(archive.iterdir())) == 3  # kept by default: the audit trail
+    assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
+    assert cli("compact", str(store), SNERD_ARCHIVE_MAX_AGE_DAYS="0").returncode == 0
+    assert list(archive.iterdir()) == []
+    bad = cli("compact", str(store), SNERD_ARCHIVE_MAX_BYTES="lots")
+    assert bad.returncode == 2 and "SNERD_ARCHIVE_MAX_BYTES" in bad.stderr
