@@ -68,8 +68,10 @@ def ms_time(value: Any) -> float | None:
     reach a snapshot line that JSON or RFC 3339 cannot write.
     """
     kind = type(value)
-    if (kind is int or kind is float) and 0 <= value <= MAX_MS:
+    if kind is int and 0 <= value <= MAX_MS:
         return float(value) / 1000.0
+    if kind is float and 0 <= value <= MAX_MS:  # whole milliseconds, as every writer
+        return float(round(value)) / 1000.0  # writes them: a snapshot restates the instant
     return None
 
 
