@@ -396,14 +396,19 @@ def _full_state(record: Record) -> tuple[str, int] | str:
     return task_id, attempt if type(attempt) is int and attempt >= 0 else 0
 
 
-def _upsert(kind: type[Enqueued] | type[RetryScheduled] | type[Rescheduled]) -> Any:
+def _enqueued(record: Record, seq: int | None) -> Event:
+    checked = _full_state(record)
+    if isinstance(checked, str):
+        return Unusable(checked, seq, record)
+    task_id, attempt = checked
+    return Enqueued(task_id, attempt, seq, record, record.get(F_COMPACTED) is True)
+
+
+def _upsert(kind: type[RetryScheduled] | type[Rescheduled]) -> Any:
     def decode(record: Record, seq: int | None) -> Event:
         checked = _full_state(record)
         if isinstance(checked, str):
             return Unusable(checked, seq, record)
-        if kind is Enqueued:
-            return Enqueued(checked[0], checked[1], seq, record,
-                            record.get(F_COMPACTED) is True)  # fmt: skip
         return kind(checked[0], checked[1], seq, record)
 
     return decode
@@ -446,18 +451,18 @@ def _tombstone(kind: type[Succeeded] | type[Cancelled]) -> Any:
 
 
 def _claimed(record: Record, seq: int | None) -> Event:
-    attempt = record.get(F_ATTEMPT)
-    task_id = _text(record.get(F_TASK_ID))
-    daemon = _text(record.get(F_DAEMON))
+    get = record.get
+    attempt = get(F_ATTEMPT)
+    task_id = get(F_TASK_ID)
+    daemon = get(F_DAEMON)
     if attempt is not None and (type(attempt) is not int or attempt < 1):
         return Unusable(f"{F_ATTEMPT} must be an integer >= 1", seq, record)
-    if task_id is None or daemon is None:
+    if type(task_id) is not str or not task_id or type(daemon) is not str or not daemon:
         return Unusable(f"{F_TASK_ID} and {F_DAEMON} must be non-empty strings",
                         seq, record)  # fmt: skip
-    group = record.get(F_GROUP)
-    lease = ms_time(record.get(F_LEASE_UNTIL))
-    return Claimed(task_id, daemon, attempt, lease, str(group) if group else None, seq,
-                   record_time(record), record)  # fmt: skip
+    group = get(F_GROUP)
+    return Claimed(task_id, daemon, attempt, ms_time(get(F_LEASE_UNTIL)),
+                   str(group) if group else None, seq, ms_time(get(F_TS)), record)  # fmt: skip
 
 
 def _progressed(record: Record, seq: int | None) -> Event:
@@ -505,7 +510,7 @@ def _snapshot(record: Record, seq: int | None) -> Event:
 
 _DECODERS: Final[dict[Any, Any]] = {
     None: _state_line,
-    ENQUEUED: _upsert(Enqueued),
+    ENQUEUED: _enqueued,
     RETRY_SCHEDULED: _upsert(RetryScheduled),
     RESCHEDULED: _upsert(Rescheduled),
     REQUEUED: _requeued,
