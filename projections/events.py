@@ -70,8 +70,10 @@ def ms_time(value: Any) -> float | None:
     reach a snapshot line that JSON or RFC 3339 cannot write.
     """
     kind = type(value)
-    if (kind is int or kind is float) and 0 <= value <= MAX_MS:
+    if kind is int and 0 <= value <= MAX_MS:
         return float(value) / 1000.0
+    if kind is float and 0 <= value <= MAX_MS:  # whole milliseconds, as every writer
+        return float(round(value)) / 1000.0  # writes them: a snapshot restates the instant
     return None
 
 
@@ -110,13 +112,19 @@ class Enqueued(NamedTuple):
     task_id: str
     attempt: int
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
     compacted: bool = False
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class RetryScheduled(NamedTuple):
@@ -125,12 +133,18 @@ class RetryScheduled(NamedTuple):
     task_id: str
     attempt: int
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class Rescheduled(NamedTuple):
@@ -139,12 +153,18 @@ class Rescheduled(NamedTuple):
     task_id: str
     attempt: int
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class Requeued(NamedTuple):
@@ -153,13 +173,19 @@ class Requeued(NamedTuple):
     task_id: str
     attempt: int
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
     key: str
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class StateLine(NamedTuple):
@@ -168,13 +194,19 @@ class StateLine(NamedTuple):
     task_id: str
     attempt: int
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
     deleted: bool
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class Succeeded(NamedTuple):
@@ -182,9 +214,15 @@ class Succeeded(NamedTuple):
 
     task_id: str
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class Cancelled(NamedTuple):
@@ -192,9 +230,15 @@ class Cancelled(NamedTuple):
 
     task_id: str
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class DeadLettered(NamedTuple):
@@ -204,13 +248,16 @@ class DeadLettered(NamedTuple):
     attempt: int
     seq: int | None
     ts: float | None
-    daemon: str | None
     record: Record
     key: str
     reason: str
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class Claimed(NamedTuple):
@@ -233,9 +280,15 @@ class Progressed(NamedTuple):
     attempt: Any
     data: Any
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class ClaimReleased(NamedTuple):
@@ -245,9 +298,15 @@ class ClaimReleased(NamedTuple):
     attempt: Any
     reason: str | None
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class Purged(NamedTuple):
@@ -255,9 +314,15 @@ class Purged(NamedTuple):
 
     key: str
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class RateWindow(NamedTuple):
@@ -266,9 +331,15 @@ class RateWindow(NamedTuple):
     group: str
     times: tuple[float, ...]
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class SnapshotHeader(NamedTuple):
@@ -276,9 +347,15 @@ class SnapshotHeader(NamedTuple):
 
     records: int
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 class Unusable(NamedTuple):
@@ -286,9 +363,15 @@ class Unusable(NamedTuple):
 
     reason: str
     seq: int | None
-    ts: float | None
-    daemon: str | None
     record: Record
+
+    @property
+    def ts(self) -> float | None:
+        return ms_time(self.record.get(F_TS))
+
+    @property
+    def daemon(self) -> str | None:
+        return _text(self.record.get(F_DAEMON))
 
 
 Event: TypeAlias = (
@@ -330,116 +413,123 @@ def _full_state(record: Record) -> tuple[str, int] | str:
     return task_id, attempt if type(attempt) is int and attempt >= 0 else 0
 
 
-def _upsert(kind: type[Enqueued] | type[RetryScheduled] | type[Rescheduled]) -> Any:
-    def decode(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _enqueued(record: Record, seq: int | None) -> Event:
+    checked = _full_state(record)
+    if isinstance(checked, str):
+        return Unusable(checked, seq, record)
+    task_id, attempt = checked
+    return Enqueued(task_id, attempt, seq, record, record.get(F_COMPACTED) is True)
+
+
+def _upsert(kind: type[RetryScheduled] | type[Rescheduled]) -> Any:
+    def decode(record: Record, seq: int | None) -> Event:
         checked = _full_state(record)
         if isinstance(checked, str):
-            return Unusable(checked, seq, ts, daemon, record)
-        if kind is Enqueued:
-            return Enqueued(checked[0], checked[1], seq, ts, daemon, record,
-                            record.get(F_COMPACTED) is True)  # fmt: skip
-        return kind(checked[0], checked[1], seq, ts, daemon, record)
+            return Unusable(checked, seq, record)
+        return kind(checked[0], checked[1], seq, record)
 
     return decode
 
 
-def _requeued(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _requeued(record: Record, seq: int | None) -> Event:
     checked = _full_state(record)
     if isinstance(checked, str):
-        return Unusable(checked, seq, ts, daemon, record)
+        return Unusable(checked, seq, record)
     key = str(record.get(F_DLQ_KEY) or checked[0])
-    return Requeued(checked[0], checked[1], seq, ts, daemon, record, key)
+    return Requeued(checked[0], checked[1], seq, record, key)
 
 
-def _state_line(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _state_line(record: Record, seq: int | None) -> Event:
     checked = _full_state(record)
     if isinstance(checked, str):
-        return Unusable(checked, seq, ts, daemon, record)
+        return Unusable(checked, seq, record)
     deleted = bool(record.get(F_DELETED_AT))
-    return StateLine(checked[0], checked[1], seq, ts, daemon, record, deleted)
+    return StateLine(checked[0], checked[1], seq, record, deleted)
 
 
-def _dead_lettered(record: Record, seq: int | None, ts: float | None,
-                   daemon: str | None) -> Event:  # fmt: skip
+def _dead_lettered(record: Record, seq: int | None) -> Event:
     checked = _full_state(record)
     if isinstance(checked, str):
-        return Unusable(checked, seq, ts, daemon, record)
+        return Unusable(checked, seq, record)
     key = str(record.get(F_DLQ_KEY) or checked[0])
     reason = str(record.get(F_REASON) or REASON_MAX_RETRIES)
-    return DeadLettered(checked[0], checked[1], seq, ts, daemon, record, key, reason)
+    ts = record_time(record)
+    return DeadLettered(checked[0], checked[1], seq, ts, record, key, reason)
 
 
 def _tombstone(kind: type[Succeeded] | type[Cancelled]) -> Any:
-    def decode(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+    def decode(record: Record, seq: int | None) -> Event:
         task_id = _text(record.get(F_TASK_ID))  # a tombstone needs only the id
         if task_id is None:
-            return Unusable(f"{F_TASK_ID} must be a non-empty string", seq, ts, daemon, record)
-        return kind(task_id, seq, ts, daemon, record)
+            return Unusable(f"{F_TASK_ID} must be a non-empty string", seq, record)
+        return kind(task_id, seq, record)
 
     return decode
 
 
-def _claimed(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
-    attempt = record.get(F_ATTEMPT)
-    task_id = _light_id(record)
+def _claimed(record: Record, seq: int | None) -> Event:
+    get = record.get
+    attempt = get(F_ATTEMPT)
+    task_id = get(F_TASK)  # taskId on the light lines of older logs
+    if task_id is None:
+        task_id = get(F_TASK_ID)
+    daemon = get(F_DAEMON)
     if attempt is not None and (type(attempt) is not int or attempt < 1):
-        return Unusable(f"{F_ATTEMPT} must be an integer >= 1", seq, ts, daemon, record)
-    if task_id is None or daemon is None:
+        return Unusable(f"{F_ATTEMPT} must be an integer >= 1", seq, record)
+    if type(task_id) is not str or not task_id or type(daemon) is not str or not daemon:
         return Unusable(f"{F_TASK} and {F_DAEMON} must be non-empty strings",
-                        seq, ts, daemon, record)  # fmt: skip
-    group = record.get(F_GROUP)
-    lease = ms_time(record.get(F_LEASE_UNTIL))
-    return Claimed(task_id, daemon, attempt, lease, str(group) if group else None, seq, ts,
-                   record)  # fmt: skip
+                        seq, record)  # fmt: skip
+    group = get(F_GROUP)
+    return Claimed(task_id, daemon, attempt, ms_time(get(F_LEASE_UNTIL)),
+                   str(group) if group else None, seq, ms_time(get(F_TS)), record)  # fmt: skip
 
 
-def _progressed(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _progressed(record: Record, seq: int | None) -> Event:
     task_id = _light_id(record)
     if task_id is None:
-        return Unusable(f"{F_TASK} must be a non-empty string", seq, ts, daemon, record)
-    return Progressed(task_id, record.get(F_ATTEMPT), record.get(F_DATA), seq, ts, daemon,
-                      record)  # fmt: skip
+        return Unusable(f"{F_TASK} must be a non-empty string", seq, record)
+    return Progressed(task_id, record.get(F_ATTEMPT), record.get(F_DATA), seq, record)
 
 
-def _released(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _released(record: Record, seq: int | None) -> Event:
     task_id = _light_id(record)
     if task_id is None:
-        return Unusable(f"{F_TASK} must be a non-empty string", seq, ts, daemon, record)
+        return Unusable(f"{F_TASK} must be a non-empty string", seq, record)
     reason = record.get(F_REASON)
     return ClaimReleased(task_id, record.get(F_ATTEMPT), reason if type(reason) is str else None,
-                         seq, ts, daemon, record)  # fmt: skip
+                         seq, record)  # fmt: skip
 
 
-def _purged(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _purged(record: Record, seq: int | None) -> Event:
     key = record.get(F_DLQ_KEY) or _light_id(record)
     if not key:
-        return Unusable(f"{F_DLQ_KEY} or {F_TASK} is required", seq, ts, daemon, record)
-    return Purged(str(key), seq, ts, daemon, record)
+        return Unusable(f"{F_DLQ_KEY} or {F_TASK} is required", seq, record)
+    return Purged(str(key), seq, record)
 
 
-def _rate_window(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _rate_window(record: Record, seq: int | None) -> Event:
     group = _text(record.get(F_GROUP))
     values = record.get(F_TIMES)
     if group is None or not isinstance(values, list):
-        return Unusable(f"{F_GROUP} and {F_TIMES} are required", seq, ts, daemon, record)
+        return Unusable(f"{F_GROUP} and {F_TIMES} are required", seq, record)
     times = []
     for value in values:
         seconds = ms_time(value)
         if seconds is None:
             return Unusable(f"{F_TIMES} must hold integer milliseconds, got {value!r}",
-                            seq, ts, daemon, record)  # fmt: skip
+                            seq, record)  # fmt: skip
         times.append(seconds)
-    return RateWindow(group, tuple(times), seq, ts, daemon, record)
+    return RateWindow(group, tuple(times), seq, record)
 
 
-def _snapshot(record: Record, seq: int | None, ts: float | None, daemon: str | None) -> Event:
+def _snapshot(record: Record, seq: int | None) -> Event:
     count = record.get("records")
-    return SnapshotHeader(_count(count), seq, ts, daemon, record)
+    return SnapshotHeader(_count(count), seq, record)
 
 
 _DECODERS: Final[dict[Any, Any]] = {
     None: _state_line,
-    ENQUEUED: _upsert(Enqueued),
+    ENQUEUED: _enqueued,
     RETRY_SCHEDULED: _upsert(RetryScheduled),
     RESCHEDULED: _upsert(Rescheduled),
     REQUEUED: _requeued,
@@ -461,26 +551,20 @@ def decode(record: Record) -> Event:
     This is the one validity rule: a full-state line needs a ``taskId`` and a
     ``taskType`` and a ``taskData`` that JSON can write; a light line needs the fields
     it changes; every other field falls back to its default when missing or malformed.
+    (``ts`` and ``daemon`` are read when an event's rule or a reader needs them.)
     """
     get = record.get
     seq = get(F_SEQ)
-    ts = get(F_TS)
-    daemon = get(F_DAEMON)
     event = get(F_EVENT)
-    if ts is not None:  # ms_time, inlined: this runs for every record of a replay
-        kind = type(ts)
-        ts = ts / 1000.0 if (kind is int or kind is float) and 0 <= ts <= MAX_MS else None
-    if daemon is not None and (type(daemon) is not str or not daemon):
-        daemon = None
     if seq is not None:
         if type(seq) is not int or seq == 0:  # 0: "no seq" (a header of an empty log)
             seq = None
         elif not 0 < seq <= MAX_SEQ:
-            return Unusable(f"{F_SEQ} out of range (0..{MAX_SEQ})", None, ts, daemon, record)
+            return Unusable(f"{F_SEQ} out of range (0..{MAX_SEQ})", None, record)
     decoder = _DECODERS.get(event) if event is None or type(event) is str else None
     if decoder is None:
-        return Unusable(f"unknown event {event!r}", seq, ts, daemon, record)
-    result: Event = decoder(record, seq, ts, daemon)
+        return Unusable(f"unknown event {event!r}", seq, record)
+    result: Event = decoder(record, seq)
     return result
 
 

@@ -68,8 +68,8 @@ class _Dead:
 Counter = Callable[[str, Event], None]
 
 
-def _ignore(metric: str, event: Event) -> None:
-    return None
+_ignore: Counter = {}.get  # type: ignore[assignment]
+"""A no-op counter that costs no Python frame (a replay calls it for most events)."""
 
 
 class BulkFolder:

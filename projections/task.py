@@ -11,7 +11,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from pyrsistent import pmap
 
@@ -33,9 +33,9 @@ _parse_cached = functools.lru_cache(maxsize=4096)(parse_instant)
 _format_cached = functools.lru_cache(maxsize=4096)(format_instant)
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """Who runs the current attempt, since when, and until when the lease holds."""
+class Claim(NamedTuple):
+    """Who runs the current attempt, since when, and until when the lease holds.
+    (A NamedTuple: every claim a replay folds builds one.)"""
 
     daemon: str
     attempt: int

@@ -128,7 +128,7 @@ def observable(task: Task) -> tuple[Any, ...]:
     """Every field but ``order``, with the claim's times in whole milliseconds."""
     claim = task.claim
     if claim is not None:
-        claim = replace(claim, at=ms(claim.at), lease_until=ms(claim.lease_until))
+        claim = claim._replace(at=ms(claim.at), lease_until=ms(claim.lease_until))
     return task_view(replace(task, claim=claim), order=False)
 
 

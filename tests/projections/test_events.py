@@ -68,3 +68,15 @@ def test_evolve_counts_outcomes_once() -> None:
         counted += [metric for metric, _ in delta.counted]
     assert counted == ["enqueued", "started", "failed_attempts", "dead_lettered"]
     assert "a" in state.dlq
+
+
+def test_a_fractional_millisecond_ts_reads_as_whole_milliseconds() -> None:
+    """Found by hypothesis: a dead letter with ts 1.5 ms snapshotted to .001 then .002
+    (truncated, then rounded); a time reads as whole milliseconds, as writers write it."""
+    from snerd.projections.snapshot import snapshot_records
+
+    record = {"event": "dead_lettered", "taskId": "a", "taskType": "t", "ts": 1.5}
+    first = snapshot_records(bulk_fold([record]), 10.0)
+    second = snapshot_records(bulk_fold(first), 10.0)
+    assert first == second
+    assert ev.ms_time(1.5) == ev.ms_time(2) == 0.002
