@@ -284,28 +284,36 @@ class Engine:
         """Durably enqueue; None (or the parents it will not wait for) means acked, a
         refusal or a dedupe verdict says why not.
 
-        When the task can run at once here, its claim is decided in the same
-        transaction (one batch, one fsync, one fold), and the attempt starts right after
-        the caller's ack has gone out."""
+        When the task can run at once here, its claim is decided in the same batch (one
+        lock hold, one write, one fsync), right after the enqueue's records were folded,
+        and the attempt starts right after the caller's ack has gone out."""
 
         reserved: list[Any] = []
+        claiming: asyncio.Future[Any] | None = None
 
-        def under_lock() -> tuple[list[Record], Any]:
-            now = self.clock.now()
-            decision = decide(self.state, cmd, now=now, daemon=self.daemon)
-            records = decision.records
-            if records and self._may_claim():
-                scratch, _ = fold(self.state, records)  # pure: the listener folds the real one
-                more, claimed = self.dispatcher.claim_under_lock(scratch, now)
+        def enqueue() -> tuple[list[Record], Any]:  # an enqueue never dead-letters
+            decision = decide(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
+            return decision.records, decision.outcome
+
+        enqueued = self.log.submit(enqueue, durable=True)
+        if self._may_claim():  # same batch, right after the enqueue's records are folded
+
+            def claim() -> tuple[list[Record], Any]:
+                records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
                 reserved.extend(claimed)
-                records = records + more
-            return records, decision.outcome
+                return records, claimed
 
+            claiming = self.log.submit(claim, durable=False)
         try:
-            outcome = await self.commit(under_lock)
-        except BaseException:
-            self.dispatcher.unreserve(reserved)
-            raise
+            outcome = await enqueued
+        finally:
+            if claiming is not None:
+                try:
+                    await claiming
+                except BaseException:
+                    self.dispatcher.unreserve(reserved)
+                    reserved.clear()
+                    raise
         if reserved:
             asyncio.get_running_loop().call_soon(self.dispatcher.begin_claimed, reserved)
         result: cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None = outcome

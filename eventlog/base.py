@@ -11,6 +11,7 @@ group commit (many concurrent transactions, one write and one fsync).
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -82,6 +83,12 @@ class EventLog(abc.ABC):
         and one fsync (group commit). If ``command`` raises, nothing of it is written
         and the exception propagates to this caller only.
         """
+
+    def submit(self, command: Command[T], *, durable: bool = True) -> asyncio.Future[T]:
+        """:meth:`transact`, queued now: commands submitted in one turn of the event loop
+        run in submission order in one batch (one lock hold, one write, one fsync), each
+        seeing the records of those before it already delivered to the listener."""
+        return asyncio.ensure_future(self.transact(command, durable=durable))
 
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
         """Append unconditionally."""

@@ -305,6 +305,9 @@ class BatchingLog(EventLog):
     async def transact(self, command: Command[T], *, durable: bool = True) -> T:
         return cast(T, await self._submit(command, (), durable))
 
+    def submit(self, command: Command[T], *, durable: bool = True) -> asyncio.Future[T]:
+        return cast("asyncio.Future[T]", self._submit(command, (), durable))
+
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
         """Append unconditionally (same as a transaction returning ``records``)."""
         await self._submit(None, records, durable)

@@ -11,14 +11,14 @@ from typing import Any, ClassVar, Final, TypeAlias
 
 from snerd.errors import ProtocolError
 from snerd.projections import commands as core
+from snerd.projections import options
 
 MAX_LINE_BYTES: Final = 1 << 20
 """Longest accepted inbound line in bytes, not counting the line terminator."""
 
-MAX_DEPTH: Final = 64
+MAX_DEPTH: Final = options.MAX_DEPTH
 """Deepest accepted nesting of arrays and objects inside a message (the message object
-itself is level 1). Deeper input is refused before anything else reads it, so no later
-encoder (the log's, a webhook's) can meet a value it cannot write."""
+itself is level 1); see ``projections/options.py``."""
 
 DEFAULT_MAX_RETRIES: Final = core.DEFAULT_MAX_RETRIES
 

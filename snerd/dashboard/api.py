@@ -38,16 +38,16 @@ from aiohttp import web
 from snerd.dashboard.monitor import Monitor
 from snerd.dispatcher import info
 from snerd.dispatcher.engine import Engine
-from snerd.errors import ProtocolError, SnerdError
+from snerd.errors import SnerdError
 from snerd.eventlog import FileLog, SkippedLine, iter_history
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
+from snerd.projections.options import Fields, OptionError, enqueue_options
 from snerd.projections.views import dag as dags
 from snerd.projections.views import stats as figures
 from snerd.projections.views import status as st
 from snerd.projections.views import tasks as views
 from snerd.projections.views import timeline as tl
-from snerd.rpc.protocol import Enqueue, parse_message
 
 log = logging.getLogger("snerd.dashboard")
 
@@ -239,10 +239,9 @@ class Api:
     async def enqueue(self, request: web.Request) -> web.Response:
         body = await read_json(request)
         try:
-            command = parse_message({**body, "action": "enqueue"})
-        except ProtocolError as exc:
+            command = enqueue_options(Fields(body))
+        except OptionError as exc:
             raise ApiError(400, exc.message) from None
-        assert isinstance(command, Enqueue)
         outcome = await self.engine.enqueue(command)
         if isinstance(outcome, cmds.Refusal):
             raise ApiError(_REFUSAL_STATUS.get(outcome.code, 400), outcome.message)

@@ -101,9 +101,8 @@ def enqueue(
     The storage directory is created if needed. Exit 1 when the queue refuses the task
     (its id is live or dead-lettered), 2 when an option is invalid.
     """
-    from snerd.errors import ProtocolError
     from snerd.projections import decide as cmds
-    from snerd.rpc.protocol import parse_message
+    from snerd.projections.options import OptionError, enqueue_command
 
     task_id = task_id or f"{task_type}-{uuid.uuid4().hex[:12]}"
     fields = {
@@ -120,16 +119,10 @@ def enqueue(
         "max_execution_seconds": options["timeout"],
         "pool": options["pool"],
     }
-    message = {
-        "action": "enqueue",
-        "task_id": task_id,
-        "task_type": task_type,
-        "task_data": _data(data, raw),
-    }
-    message.update({k: v for k, v in fields.items() if v is not None})
+    given = {k: v for k, v in fields.items() if v is not None}
     try:
-        command = parse_message(message)
-    except ProtocolError as exc:
+        command = enqueue_command(task_id, task_type, _data(data, raw), **given)
+    except OptionError as exc:
         kit.fail(in_cli_words(exc.message), code=2)
     outcome = kit.run(_enqueue(storage, command))
     if isinstance(outcome, cmds.Refusal):
