@@ -31,13 +31,13 @@ from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.dispatcher.executors import Handler, HandlerExecutor, Job, current_job
 from snerd.dispatcher.notify import Notifier
 from snerd.dispatcher.webhooks import WebhookExecutor
-from snerd.errors import DispatchError
+from snerd.errors import DispatchError, ProtocolError
 from snerd.eventlog.base import EventLog, Record
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.liveness import Liveness
 from snerd.projections import decide as cmds
+from snerd.projections.options import OptionError, enqueue_command
 from snerd.projections.views.tasks import task_view
-from snerd.rpc.protocol import Enqueue, parse_message
 
 log = logging.getLogger("snerd.queue")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -210,13 +210,14 @@ class Queue:
             "auto_dedupe": auto_dedupe, "webhook_url": webhook_url,
             "max_execution_seconds": max_execution_seconds, "pool": pool,
         }  # fmt: skip
-        message: dict[str, Any] = {"action": "enqueue", "task_id": task_id,
-                                   "task_type": task_type, "task_data": data}  # fmt: skip
-        for name, value in options.items():
-            if value is not None:
-                message[name] = value.isoformat() if isinstance(value, dt.datetime) else value
-        command = parse_message(message)
-        assert isinstance(command, Enqueue)
+        given = {
+            name: value.isoformat() if isinstance(value, dt.datetime) else value
+            for name, value in options.items() if value is not None
+        }  # fmt: skip
+        try:
+            command = enqueue_command(task_id, task_type, data, **given)
+        except OptionError as exc:
+            raise ProtocolError(exc.message, field=exc.field, task_id=task_id) from None
         outcome = await self.engine.enqueue(command)
         if isinstance(outcome, cmds.Refusal):
             raise DispatchError(outcome.message)
