@@ -39,8 +39,9 @@ from snerd.projections.commands import (
 )
 from snerd.projections.decide import decide, owns
 from snerd.projections.delta import Delta
+from snerd.projections.events import Event, decode
 from snerd.projections.replay import BulkFolder
-from snerd.projections.state import QueueState, empty, fold
+from snerd.projections.state import QueueState, empty, fold_events
 
 log = logging.getLogger("snerd.engine")
 T = TypeVar("T")
@@ -125,8 +126,8 @@ class Engine:
         self._hurry = asyncio.Event()
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
-        self.observers: list[Callable[[Sequence[Record], Delta], None]] = []
-        """Called after every fold with the records and the delta (dashboards, stats)."""
+        self.observers: list[Callable[[Sequence[Event], Delta], None]] = []
+        """Called after every fold with the typed events and the delta (dashboards, stats)."""
 
     # --- log listener (the only writer of self.state) --------------------------------
 
@@ -137,14 +138,15 @@ class Engine:
         if self._bulk is not None:
             self._bulk.feed(records)
             return
-        self.state, delta = fold(self.state, records)
+        events = [decode(record) for record in records]  # decoded once, for every reader
+        self.state, delta = fold_events(self.state, events)
         self.changed.set()
         for metric, _ in delta.counted:
             self.totals[metric] += 1
         self._react(delta)
         for observer in self.observers:
             try:
-                observer(records, delta)
+                observer(events, delta)
             except Exception:
                 log.exception("observer failed")
 

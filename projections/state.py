@@ -79,6 +79,15 @@ def fold(state: QueueState, records: Iterable[Mapping[str, Any]]) -> tuple[Queue
     return folder.finish()
 
 
+def fold_events(state: QueueState, events: Iterable[Any]) -> tuple[QueueState, Delta]:
+    """:func:`fold` for records already decoded into events (``events.decode``)."""
+    from snerd.projections.apply import Folder
+
+    folder = Folder(state)
+    folder.feed(events)
+    return folder.finish()
+
+
 def apply(state: QueueState, record: Mapping[str, Any]) -> tuple[QueueState, Delta]:
     """Apply one record."""
     return fold(state, (record,))

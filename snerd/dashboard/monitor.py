@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
@@ -123,15 +123,15 @@ class Monitor:
 
     # --- observing --------------------------------------------------------------------
 
-    def observe(self, records: Sequence[Record], delta: Delta) -> None:
-        fresh = [r for r in records if (s := _seq(r)) is not None and s > self.watermark]
+    def observe(self, events: Sequence[Event], delta: Delta) -> None:
+        fresh = [e for e in events if e.seq is not None and e.seq > self.watermark]
         if fresh:
             watermark = self.watermark
-            self.watermark = max(_seq(r) or 0 for r in fresh)
+            self.watermark = max(e.seq or 0 for e in fresh)
             counted = [(m, e) for m, e in delta.counted if e.seq is not None and e.seq > watermark]
             self.figures.count(counted, self._keep_after())
-            self._remember(fresh)
-        changed = _changed_ids(records, delta)
+            self._remember([cast(Record, e.record) for e in fresh])  # the log's dicts
+        changed = _changed_ids([e.record for e in events], delta)
         for listener in list(self.listeners):
             listener(changed, delta.progress, delta.reset)
 
@@ -192,7 +192,7 @@ class Monitor:
         return list(self.events.get(task_id, ()))
 
 
-def _changed_ids(records: Sequence[Record], delta: Delta) -> list[str]:
+def _changed_ids(records: Sequence[Mapping[str, Any]], delta: Delta) -> list[str]:
     ids: dict[str, None] = {}
     for record in records:
         for value in (ev.task_id_of(record), record.get(ev.F_DLQ_KEY)):

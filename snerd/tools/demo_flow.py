@@ -167,8 +167,9 @@ class Tracker:
         self.rows = {step.id: Row(step) for step in steps}
         self.news: list[str] = []
 
-    def observe(self, records: Sequence[dict[str, Any]], delta: Any) -> None:
-        for record in records:
+    def observe(self, events: Sequence[Any], delta: Any) -> None:
+        for event in events:
+            record = event.record
             row = self.rows.get(str(ev.task_id_of(record)))
             if row is not None:
                 self._apply(row, record)
