@@ -99,7 +99,11 @@ def task_id_of(record: Record) -> Any:
 
 
 def _light_id(record: Record) -> str | None:
-    return _text(task_id_of(record))
+    """The task of a light line (``task``; ``taskId`` in older logs), if usable."""
+    task_id = record.get(F_TASK)
+    if task_id is None:
+        task_id = record.get(F_TASK_ID)
+    return task_id if type(task_id) is str and task_id else None
 
 
 def _text(value: Any) -> str | None:
