@@ -44,3 +44,29 @@ async def test_a_record_with_seq_2_64_minus_1_is_skipped_and_writes_go_on(
     assert result.exit_code == 1
     problems = [p["problem"] for p in orjson.loads(result.output)["problems"]]
     assert any("seq_out_of_range" in p and "poison" in p for p in problems), problems
+
+
+async def test_a_record_nested_past_the_encoder_does_not_block_a_restart(
+    spawn: Spawn, storage: Path
+) -> None:
+    """Issue 12.2 through the real daemon: an enqueued record whose taskData nests 300
+    deep made the start-up replay raise (exit 1 on every start) while the incremental
+    fold skipped it. Now every fold judges it unusable alike, and the daemon runs."""
+    deep: object = []
+    for _ in range(300):
+        deep = [deep]
+    (storage / "tasks").mkdir(parents=True, exist_ok=True)
+    lines = [
+        orjson.dumps({"event": "enqueued", "taskId": "before", "taskType": "t", "seq": 1}),
+        b'{"event":"enqueued","taskId":"poison","taskType":"t","seq":2,"taskData":'
+        + b"[" * 300 + b"]" * 300 + b"}",
+    ]
+    (storage / "tasks" / "tasks.log").write_bytes(b"\n".join(lines) + b"\n")
+    wire = await spawn(register=("t",))
+    await wire.expect("execute", task_id="before")
+    reply = await wire.request("get", task_id="poison")
+    assert reply["code"] == "unknown_task"
+    await wire.ack("after")  # and it goes on writing
+    await wire.expect("execute", task_id="after")
+    result = CliRunner().invoke(replay, [str(storage), "--verify", "--json"])
+    assert result.exit_code == 1  # the same record, reported as unusable by --verify
