@@ -60,8 +60,10 @@ def plan(
     parents = sorted({p for t in doomed for p in state.tasks[t].parents if p in state.dlq})
     releases = tuple(
         (task.id, task.claim.attempt)
-        for task in queries.iter_active(state)
-        if task.claim is not None and task.claim.daemon in gone
+        for daemon in sorted(gone)  # only the claims of those daemons: no scan of all claims
+        for task_id in sorted(state.by_daemon.get(daemon, ()))
+        if (task := state.tasks.get(task_id)) is not None and task.claim is not None
+        and task.claim.daemon == daemon
         and not (leases and (task.claim.lease_until or now) >= now)
     )  # fmt: skip
     claims: list[Task] = []
