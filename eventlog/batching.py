@@ -228,16 +228,10 @@ class BatchingLog(EventLog):
             f" (next write attempt in {wait:.2f}s)"
         )
         for req in batch:
-            if req.future.done():
+            decided = _decide(req)
+            if decided is None:
                 continue
-            try:
-                if req.command is None:
-                    records, result = req.records, None
-                else:
-                    records, result = req.command()
-            except Exception as exc:
-                req.future.set_exception(exc)
-                continue
+            records, result = decided
             if records:
                 req.future.set_exception(why)
             else:
@@ -366,15 +360,13 @@ class BatchingLog(EventLog):
         durable = staged = False
         async with self._exclusive():
             for req in batch:
-                if req.future.done():  # the caller was cancelled before its turn
+                decided = _decide(req)
+                if decided is None:
                     continue
+                records, result = decided
                 try:
-                    if req.command is None:
-                        records, result = req.records, None
-                    else:
-                        records, result = req.command()
                     stamped, lines = self._stamp(records)
-                except Exception as exc:
+                except Exception as exc:  # records that cannot be encoded: this caller's
                     req.future.set_exception(exc)
                     continue
                 if lines:
@@ -451,6 +443,21 @@ class BatchingLog(EventLog):
         """Wait until every transaction queued so far has finished."""
         while self._writer is not None:
             await asyncio.wait({self._writer})
+
+
+def _decide(req: _Request) -> tuple[Sequence[Record], Any] | None:
+    """The request's records and result: its command's, run now (under the lock), or its
+    plain records. None when there is nothing to do: the caller was cancelled before its
+    turn, or its command raised (that caller gets the exception, nobody else)."""
+    if req.future.done():
+        return None
+    if req.command is None:
+        return req.records, None
+    try:
+        return req.command()
+    except Exception as exc:
+        req.future.set_exception(exc)
+        return None
 
 
 def _fail_all(batch: list[_Request], exc: BaseException) -> None:

@@ -25,7 +25,6 @@ from snerd.projections.events import (
     Event,
     StateLine,
     TaskStateEvent,
-    decode,
 )
 from snerd.projections.events import (
     ms_time as ms_time,
@@ -66,10 +65,6 @@ class Folder:
 
     # --- feeding ----------------------------------------------------------------------
 
-    def apply(self, record: Mapping[str, Any]) -> None:
-        """Decode one record and fold it (an unusable one is counted, never fatal)."""
-        step(self, decode(record))
-
     def apply_event(self, event: Event) -> None:
         step(self, event)
 
@@ -82,7 +77,7 @@ class Folder:
         for lane in self.dirty:  # only a lane whose task changed can have a stale top
             if lane not in lanes:
                 continue
-            cleaned = _clean_lane(lanes[lane], tasks)
+            cleaned = _clean(lanes[lane], tasks, READY)
             if cleaned is None:
                 del lanes[lane]
             elif cleaned is not lanes[lane]:
@@ -91,7 +86,7 @@ class Folder:
             tasks=tasks,
             dlq=self.dlq.persistent(),
             lanes=lanes.persistent(),
-            timers=_clean_timers(self.timers, tasks),
+            timers=_clean(self.timers, tasks, DELAYED),
             refs=self.refs.persistent(),
             doomed=self.doomed.persistent(),
             fingerprints=self.fingerprints.persistent(),
@@ -252,24 +247,14 @@ class Folder:
             self.delta.blocked.append(task.id)
 
 
-def _clean_lane(lane: heap.Heap, tasks: Mapping[str, Task]) -> heap.Heap:
-    """Pop stale tops so that a lane's top, if any, is a READY task."""
-    while lane is not None:
-        _, order, task_id = heap.top(lane)
+def _clean(entries: heap.Heap, tasks: Mapping[str, Task], phase: str) -> heap.Heap:
+    """Pop stale tops, so that the heap's top (if any) is a task in ``phase`` under the
+    order it was pushed with. Lanes hold READY tasks; timers DELAYED ones (a timer that
+    came due stays on top until its task is claimed, then leaves with the next fold)."""
+    while entries is not None:
+        _, order, task_id = heap.top(entries)
         task = tasks.get(task_id)
-        if task is not None and task.phase == READY and task.order == order:
-            return lane
-        lane = heap.pop(lane)
-    return None
-
-
-def _clean_timers(timers: heap.Heap, tasks: Mapping[str, Task]) -> heap.Heap:
-    """Pop stale tops (tasks no longer DELAYED under that order): a timer that came due
-    stays at the top until its task is claimed, then leaves with the next fold."""
-    while timers is not None:
-        _, order, task_id = heap.top(timers)
-        task = tasks.get(task_id)
-        if task is not None and task.phase == DELAYED and task.order == order:
-            return timers
-        timers = heap.pop(timers)
+        if task is not None and task.phase == phase and task.order == order:
+            return entries
+        entries = heap.pop(entries)
     return None

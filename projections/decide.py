@@ -10,7 +10,7 @@ which also holds the one encoder of each event's record).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import xxhash
 from pyrsistent import pmap
@@ -350,7 +350,8 @@ class Decision:
 
     @property
     def records(self) -> list[Record]:
-        return [dict(event.record) for event in self.events]
+        """The records to append: the dicts the encoders built (the log stamps copies)."""
+        return [cast(Record, event.record) for event in self.events]
 
 
 def _decided(records: list[Record], outcome: Any = None) -> Decision:

@@ -110,6 +110,11 @@ def _text(value: Any) -> str | None:
     return value if type(value) is str and value else None
 
 
+# An event keeps the record it was decoded from (``record``): readers that want its
+# time or writer ask :func:`record_time` or the record itself, so decoding reads only
+# what the fold's rules need.
+
+
 class Enqueued(NamedTuple):
     """A task entered the queue (or a compaction wrote a live task back: ``compacted``)."""
 
@@ -121,14 +126,6 @@ class Enqueued(NamedTuple):
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
-
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
 
 
 class RetryScheduled(NamedTuple):
@@ -142,14 +139,6 @@ class RetryScheduled(NamedTuple):
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class Rescheduled(NamedTuple):
     """A cron task's next occurrence (after a success, or after a dead-lettered one)."""
@@ -161,14 +150,6 @@ class Rescheduled(NamedTuple):
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
-
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
 
 
 class Requeued(NamedTuple):
@@ -183,14 +164,6 @@ class Requeued(NamedTuple):
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class StateLine(NamedTuple):
     """A SnerdMQ state line (no ``event`` field): an upsert, or with ``deletedAt`` an end."""
@@ -204,14 +177,6 @@ class StateLine(NamedTuple):
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class Succeeded(NamedTuple):
     """The attempt succeeded: the task left the queue (a tombstone)."""
@@ -220,14 +185,6 @@ class Succeeded(NamedTuple):
     seq: int | None
     record: Record
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class Cancelled(NamedTuple):
     """An operator cancelled a task that was not running (a tombstone)."""
@@ -235,14 +192,6 @@ class Cancelled(NamedTuple):
     task_id: str
     seq: int | None
     record: Record
-
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
 
 
 class DeadLettered(NamedTuple):
@@ -258,10 +207,6 @@ class DeadLettered(NamedTuple):
 
     def task(self, order: int, attempt: int = 0) -> Task:
         return task_from_record(self.record, order=order, attempt=attempt)
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
 
 
 class Claimed(NamedTuple):
@@ -286,14 +231,6 @@ class Progressed(NamedTuple):
     seq: int | None
     record: Record
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class ClaimReleased(NamedTuple):
     """A claim ended without an outcome (owner died, lease expired, drain)."""
@@ -304,14 +241,6 @@ class ClaimReleased(NamedTuple):
     seq: int | None
     record: Record
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class Purged(NamedTuple):
     """A dead-letter entry was deleted for good."""
@@ -319,14 +248,6 @@ class Purged(NamedTuple):
     key: str
     seq: int | None
     record: Record
-
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
 
 
 class RateWindow(NamedTuple):
@@ -337,14 +258,6 @@ class RateWindow(NamedTuple):
     seq: int | None
     record: Record
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class SnapshotHeader(NamedTuple):
     """The first line of a compacted log: ``records`` snapshot lines follow."""
@@ -353,14 +266,6 @@ class SnapshotHeader(NamedTuple):
     seq: int | None
     record: Record
 
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
-
 
 class Unusable(NamedTuple):
     """A record no fold can use (reported, never fatal): ``reason`` says why."""
@@ -368,14 +273,6 @@ class Unusable(NamedTuple):
     reason: str
     seq: int | None
     record: Record
-
-    @property
-    def ts(self) -> float | None:
-        return ms_time(self.record.get(F_TS))
-
-    @property
-    def daemon(self) -> str | None:
-        return _text(self.record.get(F_DAEMON))
 
 
 Event: TypeAlias = (

@@ -71,12 +71,9 @@ def empty() -> QueueState:
 
 def fold(state: QueueState, records: Iterable[Mapping[str, Any]]) -> tuple[QueueState, Delta]:
     """Apply records in order; return the new state and what changed."""
-    from snerd.projections.apply import Folder
+    from snerd.projections.events import decode
 
-    folder = Folder(state)
-    for record in records:
-        folder.apply(record)
-    return folder.finish()
+    return fold_events(state, map(decode, records))
 
 
 def fold_events(state: QueueState, events: Iterable[Any]) -> tuple[QueueState, Delta]:

@@ -59,8 +59,9 @@ class Figures:
     def count(self, counted: Counted, keep_after_minute: int) -> None:
         for metric, event in counted:
             self.totals[metric] += 1
-            if event.ts is not None:
-                minute = int(event.ts // 60)
+            at = ev.record_time(event.record)
+            if at is not None:
+                minute = int(at // 60)
                 if minute > keep_after_minute:
                     self.minutes.setdefault(minute, collections.Counter())[metric] += 1
             if metric in (evolve.COMPLETED, evolve.CANCELLED) or metric == evolve.ENQUEUED:
