@@ -109,7 +109,13 @@ class Dispatcher:
         """Under the log lock, against the caught-up ``state``: plan, and decide the
         plan's claims. The attempts stay reserved until :meth:`begin_claimed`."""
         e = self.engine
+        capacity = self.capacity()
         step = self.plan(now, state)
+        if not step.fail_through and len(step.claims) < capacity:
+            # This plan, made against the caught-up state, took everything that can run
+            # now: a wake-up asked for before it has nothing left to find.
+            self._wake.clear()
+            self._arm(step.wake_at)
         if not step.claims:
             return [], []
         claim = Claim(tuple(t.id for t in step.claims), e.config.lease_seconds,

@@ -77,6 +77,8 @@ class FileLog(BatchingLog):
     ) -> None:
         super().__init__(chain_key=chain_key)
         self.layout = resolve(storage)
+        self._path = self.layout.log_path
+        self._path_s = os.fspath(self._path)  # stat'd on every wake-up: no Path work there
         self._fsync_on = fsync
         self._follow_on = follow
         self._poll_interval = poll_interval
@@ -98,7 +100,7 @@ class FileLog(BatchingLog):
     @property
     def path(self) -> Path:
         """The live log file."""
-        return self.layout.log_path
+        return self._path
 
     # ------------------------------------------------------------- lifecycle
 
@@ -209,7 +211,7 @@ class FileLog(BatchingLog):
     def _replaced(self) -> bool:
         """Whether the path now names another file, or ours shrank (both need a reset)."""
         try:
-            if os.stat(self.path).st_ino != self._ino:
+            if os.stat(self._path_s).st_ino != self._ino:
                 return True
         except FileNotFoundError:
             return False
@@ -261,7 +263,7 @@ class FileLog(BatchingLog):
     def _maybe_changed(self) -> bool:
         """Cheap check (no lock, no read): could there be something to catch up on?"""
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._path_s)
         except FileNotFoundError:
             return False
         return st.st_ino != self._ino or st.st_size != self._read_pos

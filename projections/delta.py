@@ -39,6 +39,9 @@ class Delta:
         return Delta(**merged, reset=self.reset or other.reset)
 
 
+NO_CHANGE = Delta()
+"""The delta of a fold that changed nothing (immutable, so shared)."""
+
 _TUPLES = (
     "ready",
     "delayed",

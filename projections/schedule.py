@@ -17,6 +17,7 @@ croniter is the engine underneath; schedules are evaluated in UTC.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ ALIASES = frozenset(
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SHORTHAND = re.compile(r"^([0-9]{1,9})([smhd])$")
 _LEAP_SECOND = re.compile(r"^(.*[T ]\d\d:\d\d):60(?=[.,+\-Z]|$)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_TS = datetime(1, 1, 1, tzinfo=UTC).timestamp()
 _MAX_TS = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 _CRON_REFERENCE = 0.0  # validation probe: an expression must fire after 1970-01-01
@@ -81,16 +83,26 @@ def parse_instant(text: str) -> float:
 
 def format_instant(ts: float) -> str:
     """Epoch seconds -> RFC 3339 in UTC with milliseconds, e.g. ``2024-01-01T00:00:00.000Z``."""
-    moment = _to_datetime(ts, what="instant")
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    span = _since_epoch(ts, what="instant")
+    return f"{_format_second(span.days * 86400 + span.seconds)}{span.microseconds // 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=1024)
+def _format_second(whole: int) -> str:
+    """The text of a whole second, up to its dot (formatted once per second seen)."""
+    return (_EPOCH + timedelta(seconds=whole)).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
 def _to_datetime(ts: float, *, what: str) -> datetime:
+    return _EPOCH + _since_epoch(ts, what=what)
+
+
+def _since_epoch(ts: float, *, what: str) -> timedelta:
     if isinstance(ts, bool) or not isinstance(ts, int | float):
         raise EventError(f"{what} must be epoch seconds, got {_show(ts)}")
     if not math.isfinite(ts) or not _MIN_TS <= ts <= _MAX_TS:
         raise EventError(f"{what} out of range: {ts!r}")
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=ts)
+    return timedelta(seconds=ts)
 
 
 # --------------------------------------------------------------------------- cron

@@ -30,7 +30,7 @@ from pyrsistent.typing import PSet as PSetT
 
 from snerd.projections import heap
 from snerd.projections.cells import MapCell
-from snerd.projections.delta import Delta, DeltaBuilder
+from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
 from snerd.projections.rules import phase_for
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
 
@@ -93,6 +93,8 @@ def apply(state: QueueState, record: Mapping[str, Any]) -> tuple[QueueState, Del
 def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
     """Move every DELAYED task whose time has come (``not_before <= now``) to READY."""
     timers = state.timers
+    if timers is None or heap.top(timers)[0] > now:  # nothing due (the common case)
+        return state, NO_CHANGE
     tasks = state.tasks
     lanes = MapCell(state.lanes)
     delta = DeltaBuilder()
@@ -110,7 +112,7 @@ def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
         lanes[task.lane] = heap.push(lanes.get(task.lane), lane_key(task))
         delta.ready.append(task_id)
     if not delta:
-        return state, Delta()
+        return state, NO_CHANGE
     new = _replace(state, tasks=tasks, timers=timers, lanes=lanes.persistent())
     return new, delta.freeze()
 
