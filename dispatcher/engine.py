@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from snerd.dispatcher.clock import Clock, SystemClock
-from snerd.dispatcher.dispatch import Dispatcher
+from snerd.dispatcher.dispatch import Claimed, Dispatcher
 from snerd.dispatcher.executors import Executor, Run
 from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
@@ -42,6 +42,10 @@ from snerd.projections.delta import Delta
 from snerd.projections.events import Event, decode
 from snerd.projections.replay import BulkFolder
 from snerd.projections.state import QueueState, empty, fold_events
+
+EnqueueOutcome = cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None
+"""What an enqueue came to: None (acked), the parents it will not wait for (acked), a
+dedupe verdict or a refusal."""
 
 log = logging.getLogger("snerd.engine")
 T = TypeVar("T")
@@ -280,46 +284,54 @@ class Engine:
 
     # --- commands ----------------------------------------------------------------------
 
-    async def enqueue(
-        self, cmd: Enqueue
-    ) -> cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None:
+    async def enqueue(self, cmd: Enqueue) -> EnqueueOutcome:
         """Durably enqueue; None (or the parents it will not wait for) means acked, a
-        refusal or a dedupe verdict says why not.
+        refusal or a dedupe verdict says why not (:meth:`enqueue_soon`, awaited)."""
+        return await self.enqueue_soon(cmd)
+
+    def enqueue_soon(self, cmd: Enqueue) -> asyncio.Future[EnqueueOutcome]:
+        """Submit an enqueue now; the future resolves with its outcome once durable.
 
         When the task can run at once here, its claim is decided in the same batch (one
         lock hold, one write, one fsync), right after the enqueue's records were folded,
-        and the attempt starts right after the caller's ack has gone out."""
-
-        reserved: list[Any] = []
-        claiming: asyncio.Future[Any] | None = None
+        and the attempt starts right after the future's own callbacks have run (so a
+        daemon's ack goes out before the attempt's ``execute`` line). No coroutine, no
+        task: the daemon answers each line from a callback. Once submitted, the enqueue
+        is written whether or not anyone still waits for the future."""
 
         def enqueue() -> tuple[list[Record], Any]:  # an enqueue never dead-letters
             decision = decide(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
             return decision.records, decision.outcome
 
-        enqueued = self.log.submit(enqueue, durable=True)
-        if self._may_claim():  # same batch, right after the enqueue's records are folded
+        enqueued: asyncio.Future[EnqueueOutcome] = self.log.submit(enqueue, durable=True)
+        if not self._may_claim():
+            return enqueued
+        reserved: Claimed = []
 
-            def claim() -> tuple[list[Record], Any]:
-                records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
-                reserved.extend(claimed)
-                return records, claimed
+        def claim() -> tuple[list[Record], Claimed]:  # same batch, after the enqueue's fold
+            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
+            reserved.extend(claimed)
+            return records, claimed
 
-            claiming = self.log.submit(claim, durable=False)
-        try:
-            outcome = await enqueued
-        finally:
-            if claiming is not None:
-                try:
-                    await claiming
-                except BaseException:
-                    self.dispatcher.unreserve(reserved)
-                    reserved.clear()
-                    raise
-        if reserved:
-            asyncio.get_running_loop().call_soon(self.dispatcher.begin_claimed, reserved)
-        result: cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None = outcome
-        return result
+        claiming = self.log.submit(claim, durable=False)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[EnqueueOutcome] = loop.create_future()
+
+        def settle(_: object) -> None:  # the claim resolves after the enqueue (one batch)
+            if not enqueued.done():
+                enqueued.add_done_callback(settle)
+                return
+            if claiming.cancelled() or claiming.exception() is not None:
+                self.dispatcher.unreserve(reserved)  # not written: nothing to begin
+                reserved.clear()
+                self.dispatcher.wake()  # the dispatcher claims it instead
+            if not done.done():
+                _copy(enqueued, done)
+            if reserved:
+                loop.call_soon(self.dispatcher.begin_claimed, reserved)
+
+        claiming.add_done_callback(settle)
+        return done
 
     def _may_claim(self) -> bool:
         return (
@@ -455,3 +467,14 @@ class Engine:
             self.log.prune_archives, max_age_ms=None if age is None else int(age * 1000),
             max_bytes=size, now_ms=int(self.clock.now() * 1000),
         )  # fmt: skip
+
+
+
+def _copy(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:
+    """Resolve ``target`` as ``source`` was."""
+    if source.cancelled():
+        target.cancel()
+    elif (exc := source.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())

@@ -30,7 +30,7 @@ from snerd.eventlog.liveness import Liveness
 from snerd.projections import events as ev
 from snerd.projections.task import Task
 from snerd.rpc import protocol as p
-from snerd.rpc.handlers import answer
+from snerd.rpc.handlers import answer, answer_enqueue
 from snerd.rpc.output import Output, open_input
 
 log = logging.getLogger("snerd.daemon")
@@ -157,6 +157,9 @@ def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None
     if isinstance(command, p.Register):
         session.registered.add(command.task_type)
         engine.wake()
+        return
+    if isinstance(command, p.Enqueue):
+        answer_enqueue(command, engine, session.out)
         return
     if isinstance(command, p.Progress):
         session.forward_progress(command)

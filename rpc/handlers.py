@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from snerd.dispatcher import info
-from snerd.dispatcher.engine import Engine
+from snerd.dispatcher.engine import Engine, EnqueueOutcome
 from snerd.errors import LogError
 from snerd.projections import decide as cmds
 from snerd.projections.views.tasks import task_view
@@ -24,37 +25,60 @@ def _refused(refusal: cmds.Refusal, task_id: str | None, rid: Any) -> bytes:
 
 async def answer(command: p.Command, engine: Engine, out: Output) -> None:
     """Carry out one command and write its reply (if it has one). Never raises."""
-    rid = command.request_id
-    task_id = getattr(command, "task_id", None)
     try:
         reply = await _carry_out(command, engine)
-    except LogError as exc:
-        log.error("storage error on %s: %s", command.action, exc)
-        reply = p.error(f"storage error: {exc}", code=p.STORAGE_ERROR, task_id=task_id,
-                        request_id=rid)  # fmt: skip
-    except Exception as exc:  # a bug must not kill the daemon
-        log.exception("internal error on %s", command.action)
-        reply = p.error(f"internal error: {exc}", code=p.INTERNAL_ERROR, task_id=task_id,
-                        request_id=rid)  # fmt: skip
+    except Exception as exc:
+        reply = _failed(command, exc)
     if reply is not None:
         out.write(reply)
+
+
+def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
+    """:func:`answer` for the hot path: the ack is written from the enqueue's own
+    future, with no task of its own."""
+
+    def reply(future: asyncio.Future[EnqueueOutcome]) -> None:
+        try:
+            out.write(_enqueue_reply(command, future.result()))
+        except Exception as exc:
+            out.write(_failed(command, exc))
+
+    engine.enqueue_soon(command).add_done_callback(reply)
+
+
+def _failed(command: p.Command, exc: Exception) -> bytes:
+    """The error reply for a command that raised (storage trouble, or a bug, which
+    must not kill the daemon)."""
+    rid = command.request_id
+    task_id = getattr(command, "task_id", None)
+    if isinstance(exc, LogError):
+        log.error("storage error on %s: %s", command.action, exc)
+        return p.error(f"storage error: {exc}", code=p.STORAGE_ERROR, task_id=task_id,
+                       request_id=rid)  # fmt: skip
+    log.error("internal error on %s", command.action, exc_info=exc)
+    return p.error(f"internal error: {exc}", code=p.INTERNAL_ERROR, task_id=task_id,
+                   request_id=rid)  # fmt: skip
+
+
+def _enqueue_reply(command: p.Enqueue, outcome: EnqueueOutcome) -> bytes:
+    rid = command.request_id
+    if isinstance(outcome, cmds.Refusal):
+        return _refused(outcome, command.task_id, rid)
+    dup = outcome.duplicate_of if isinstance(outcome, cmds.Deduplicated) else None
+    unknown = outcome.ids if isinstance(outcome, cmds.UnknownParents) else ()
+    if unknown:
+        log.warning(
+            "task %r: trigger_after_ids %s: neither live nor dead-lettered, so it does "
+            "not wait for them (a mistyped id?)", command.task_id, ", ".join(unknown)
+        )  # fmt: skip
+    return p.ack(command.task_id, deduplicated_of=dup, unknown_parents=unknown,
+                 request_id=rid)  # fmt: skip
 
 
 async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
     rid = command.request_id
     if isinstance(command, p.Enqueue):
-        outcome = await engine.enqueue(command)
-        if isinstance(outcome, cmds.Refusal):
-            return _refused(outcome, command.task_id, rid)
-        dup = outcome.duplicate_of if isinstance(outcome, cmds.Deduplicated) else None
-        unknown = outcome.ids if isinstance(outcome, cmds.UnknownParents) else ()
-        if unknown:
-            log.warning(
-                "task %r: trigger_after_ids %s: neither live nor dead-lettered, so it does "
-                "not wait for them (a mistyped id?)", command.task_id, ", ".join(unknown)
-            )  # fmt: skip
-        return p.ack(command.task_id, deduplicated_of=dup, unknown_parents=unknown,
-                     request_id=rid)  # fmt: skip
+        return _enqueue_reply(command, await engine.enqueue(command))
     if isinstance(command, p.Result):
         refusal = await engine.finish(
             command.task_id, success=command.success, error=command.error,
