@@ -128,6 +128,7 @@ class Engine:
         self._compacting = False
         self._snapshot_seq: int | None = None  # the seq the live log's snapshot covers
         self._hurry = asyncio.Event()
+        self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
         self.observers: list[Callable[[Sequence[Event], Delta], None]] = []
@@ -264,13 +265,16 @@ class Engine:
             return records, result
 
         result = await self.log.transact(command, durable=durable)
-        dead = [r for r in written if r.get(ev.F_EVENT) == ev.DEAD_LETTERED]
-        if dead:
-            if not durable:
-                await self.log.sync()
-            for record in dead:
-                self.notifier.dead_lettered(record)
+        if _dead_letters(written):
+            await self._announce(written, durable)
         return result
+
+    async def _announce(self, written: Sequence[Record], durable: bool) -> None:
+        """Tell the notifier of the dead letters among ``written`` once they are durable."""
+        if not durable:
+            await self.log.sync()
+        for record in _dead_letters(written):
+            self.notifier.dead_lettered(record)
 
     async def run_command(self, command: Command, *, durable: bool = True) -> Any:
         """Decide ``command`` under the log lock against the caught-up state, append its
@@ -358,39 +362,77 @@ class Engine:
 
     async def report_progress(self, task_id: str, data: Any) -> cmds.Refusal | None:
         """Record progress of an attempt this daemon runs (others are refused)."""
+        return await self.progress_soon(task_id, data)
+
+    def progress_soon(self, task_id: str, data: Any) -> asyncio.Future[cmds.Refusal | None]:
+        """:meth:`report_progress`, decided now (in order with an outcome that follows)."""
         run = self.runs.get(task_id)
         if run is None:
-            return cmds.Refusal("not_active", f"task {task_id!r} is not running here")
+            refused = asyncio.get_running_loop().create_future()
+            refused.set_result(cmds.Refusal("not_active", f"task {task_id!r} is not running here"))
+            return refused
         command = ReportProgress(task_id, run.attempt, data)
         decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
-        if decision.events:
-            await self.log.append(decision.records, durable=False)
         outcome: cmds.Refusal | None = decision.outcome
-        return outcome
+        return self.log.submit(lambda: (decision.records, outcome), durable=False)
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
         attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES,
     ) -> cmds.Refusal | None:  # fmt: skip
-        """Record the outcome of an attempt this daemon runs."""
+        """Record the outcome of an attempt this daemon runs (:meth:`finish_soon`)."""
+        return await self.finish_soon(task_id, success=success, error=error, attempt=attempt,
+                                      reason=reason)  # fmt: skip
+
+    def finish_soon(
+        self, task_id: str, *, success: bool, error: str | None = None,
+        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES,
+    ) -> asyncio.Future[cmds.Refusal | None]:  # fmt: skip
+        """Submit the outcome of an attempt this daemon runs; the future resolves with
+        None once written, or with the refusal. If the storage refuses the write, the
+        outcome is kept and written later (the future still resolves with None)."""
+        loop = asyncio.get_running_loop()
         run = self.runs.get(task_id)
         if run is None or (attempt is not None and attempt != run.attempt):
+            refused: asyncio.Future[cmds.Refusal | None] = loop.create_future()
             if task_id not in self.state.tasks and task_id not in self.state.dlq:
-                return cmds.Refusal("unknown_task", f"no live task {task_id!r}")
-            return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
+                refused.set_result(cmds.Refusal("unknown_task", f"no live task {task_id!r}"))
+            else:
+                message = f"task {task_id!r} has no attempt running here"
+                refused.set_result(cmds.Refusal("not_active", message))
+            return refused
         self._forget(run)
         command = Finish(task_id, run.attempt, success, error=error, reason=reason)
         # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
         # letter: its notice goes out, so it is durable first.
         task = self.state.tasks.get(task_id)
         durable = not success and (task is None or task.retry_count >= task.max_retries)
-        try:
-            outcome: cmds.Refusal | None = await self.run_command(command, durable=durable)
-        except LogError as exc:  # storage trouble: the outcome is known; write it later
-            log.warning("outcome of %r kept until the log is writable: %s", task_id, exc)
-            asyncio.get_running_loop().create_task(self._write_later(command))
-            return None
-        return outcome
+        written: list[Record] = []
+
+        def under_lock() -> tuple[list[Record], Any]:
+            decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
+            written.extend(decision.records)
+            return decision.records, decision.outcome
+
+        done: asyncio.Future[cmds.Refusal | None] = loop.create_future()
+
+        def settle(future: asyncio.Future[cmds.Refusal | None]) -> None:
+            exc = None if future.cancelled() else future.exception()
+            if isinstance(exc, LogError):  # storage trouble: the outcome is known; later
+                log.warning("outcome of %r kept until the log is writable: %s", task_id, exc)
+                self._later.add(later := loop.create_task(self._write_later(command)))
+                later.add_done_callback(self._later.discard)
+                done.set_result(None)
+            elif exc is not None or future.cancelled():
+                _copy(future, done)
+            elif _dead_letters(written):  # rare here: a notice waits until durable
+                announcing = loop.create_task(self._announce(written, durable))
+                announcing.add_done_callback(lambda t: _announced(t, future, done))
+            else:
+                done.set_result(future.result())
+
+        self.log.submit(under_lock, durable=durable).add_done_callback(settle)
+        return done
 
     async def _write_later(self, command: Command) -> None:
         """Retry an outcome with backoff until written (``decide`` refuses it once the
@@ -478,3 +520,16 @@ def _copy(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:
         target.set_exception(exc)
     else:
         target.set_result(source.result())
+
+
+def _dead_letters(records: Sequence[Record]) -> list[Record]:
+    return [r for r in records if r.get(ev.F_EVENT) == ev.DEAD_LETTERED]
+
+
+def _announced(announcing: asyncio.Task[None], finished: asyncio.Future[T],
+               done: asyncio.Future[T]) -> None:  # fmt: skip
+    """A finish whose dead letters were announced resolves as its write did (if the
+    sync before the notice failed, the write stands: the notice waits for a restart)."""
+    if not announcing.cancelled() and (exc := announcing.exception()) is not None:
+        log.warning("dead-letter notice not sent: %s", exc)
+    _copy(finished, done)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from snerd.projections import queries
+from snerd.projections import heap, queries
 from snerd.projections.state import QueueState, advance
 from snerd.projections.task import Task
 
@@ -55,6 +55,10 @@ def plan(
     ``gone`` names daemons whose claims are to be released (known dead); with
     ``leases`` (no liveness facility), only those of their claims whose lease ran out.
     """
+    if not state.lanes and not state.doomed and not gone:  # the idle queue, at once
+        timer = heap.top(state.timers)
+        if timer is None or timer[0] > now:
+            return Plan(wake_at=None if timer is None or capacity <= 0 else timer[0])
     state = due(state, now)
     doomed = [t for t in state.doomed if t in state.tasks]
     parents = sorted({p for t in doomed for p in state.tasks[t].parents if p in state.dlq})

@@ -30,7 +30,7 @@ from snerd.eventlog.liveness import Liveness
 from snerd.projections import events as ev
 from snerd.projections.task import Task
 from snerd.rpc import protocol as p
-from snerd.rpc.handlers import answer, answer_enqueue
+from snerd.rpc.handlers import answer, answer_enqueue, answer_progress, answer_result
 from snerd.rpc.output import Output, open_input
 
 log = logging.getLogger("snerd.daemon")
@@ -161,8 +161,13 @@ def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None
     if isinstance(command, p.Enqueue):
         answer_enqueue(command, engine, session.out)
         return
+    if isinstance(command, p.Result):
+        answer_result(command, engine, session.out)
+        return
     if isinstance(command, p.Progress):
         session.forward_progress(command)
+        answer_progress(command, engine, session.out)
+        return
     asyncio.get_running_loop().create_task(answer(command, engine, session.out))
 
 

@@ -46,7 +46,35 @@ def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
     engine.enqueue_soon(command).add_done_callback(reply)
 
 
-def _failed(command: p.Command, exc: Exception) -> bytes:
+def answer_result(command: p.Result, engine: Engine, out: Output) -> None:
+    """:func:`answer` for an attempt's outcome, from its own future (no task)."""
+
+    def reply(future: asyncio.Future[cmds.Refusal | None]) -> None:
+        try:
+            refusal = future.result()
+        except Exception as exc:
+            out.write(_failed(command, exc))
+            return
+        if refusal is not None:
+            out.write(_refused(refusal, command.task_id, command.request_id))
+
+    engine.finish_soon(
+        command.task_id, success=command.success, error=command.error, attempt=command.attempt
+    ).add_done_callback(reply)
+
+
+def answer_progress(command: p.Progress, engine: Engine, out: Output) -> None:
+    """Record an attempt's progress now, in order with its outcome if that follows at
+    once; progress for a task not running here is dropped (spec §3.3)."""
+
+    def reply(future: asyncio.Future[cmds.Refusal | None]) -> None:
+        if (exc := future.exception()) is not None:
+            out.write(_failed(command, exc))
+
+    engine.progress_soon(command.task_id, command.data).add_done_callback(reply)
+
+
+def _failed(command: p.Command, exc: BaseException) -> bytes:
     """The error reply for a command that raised (storage trouble, or a bug, which
     must not kill the daemon)."""
     rid = command.request_id
@@ -85,9 +113,6 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
             attempt=command.attempt,
         )  # fmt: skip
         return None if refusal is None else _refused(refusal, command.task_id, rid)
-    if isinstance(command, p.Progress):
-        await engine.report_progress(command.task_id, command.data)
-        return None  # progress for a task not running here is dropped (spec §3.3)
     if isinstance(command, p.Stats):
         payload, top = await engine.read(lambda: (info.stats(engine), info.sdk_stats(engine)))
         return p.stats(payload, top=top, request_id=rid)
