@@ -36,6 +36,7 @@ from snerd.projections.commands import (
     Release,
     ReportProgress,
     Requeue,
+    check_result,
 )
 from snerd.projections.decide import decide, owns
 from snerd.projections.delta import Delta
@@ -358,16 +359,23 @@ class Engine:
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES,
+        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES, result: Any = None,
     ) -> cmds.Refusal | None:  # fmt: skip
-        """Record the outcome of an attempt this daemon runs."""
+        """Record the outcome of an attempt this daemon runs. A success's ``result``
+        that cannot be one (:func:`~snerd.projections.commands.check_result`) fails the
+        attempt with the reason as its error."""
+        if success and result is not None:
+            try:
+                result = check_result(result)
+            except ValueError as exc:
+                success, error, result = False, str(exc), None
         run = self.runs.get(task_id)
         if run is None or (attempt is not None and attempt != run.attempt):
             if task_id not in self.state.tasks and task_id not in self.state.dlq:
                 return cmds.Refusal("unknown_task", f"no live task {task_id!r}")
             return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
         self._forget(run)
-        command = Finish(task_id, run.attempt, success, error=error, reason=reason)
+        command = Finish(task_id, run.attempt, success, error=error, reason=reason, result=result)
         # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
         # letter: its notice goes out, so it is durable first.
         task = self.state.tasks.get(task_id)

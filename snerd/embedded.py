@@ -30,6 +30,7 @@ from snerd.dispatcher.clock import Clock
 from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.dispatcher.executors import Handler, HandlerExecutor, Job, current_job
 from snerd.dispatcher.notify import Notifier
+from snerd.dispatcher.results import Results, lookup
 from snerd.dispatcher.webhooks import WebhookExecutor
 from snerd.errors import DispatchError, ProtocolError
 from snerd.eventlog.base import EventLog, Record
@@ -120,6 +121,7 @@ class Queue:
             notifier=Notifier([self._callbacks, webhooks]),
         )
         self._handlers.on_free = self.engine.wake
+        self._results = Results(self.engine)
         self._started = False
 
     # --- registration -----------------------------------------------------------------
@@ -241,6 +243,23 @@ class Queue:
 
     def get(self, task_id: str) -> dict[str, Any] | None:
         return task_view(self.engine.state, task_id, now=self.engine.clock.now())
+
+    async def lookup(self, task_id: str) -> dict[str, Any] | None:
+        """:meth:`get`, and for a task that has left the queue (completed, cancelled,
+        purged) its view read back from the stored history: ``status``, ``result``,
+        ``attempts`` (each one's start, end, outcome and error), ``enqueuedAt``,
+        ``finishedAt``. None when nothing names it (its archive may have been pruned)."""
+        return await lookup(self.engine, task_id)
+
+    async def result(self, task_id: str, *, timeout: float | None = None) -> Any:
+        """Wait (up to ``timeout`` seconds: ``TimeoutError``) until the task completes
+        and its success is durable, and return its handler's return value (None if it
+        returned nothing). A task that ended otherwise raises
+        :class:`~snerd.errors.TaskDeadLetteredError` or
+        :class:`~snerd.errors.TaskCancelledError`; one the queue and its stored history
+        do not know, :class:`~snerd.errors.UnknownTaskError`. Results are kept in the log
+        and its archives (``specs/log-format.md``), not in memory."""
+        return await asyncio.wait_for(self._results.result(task_id), timeout)
 
     def stats(self) -> dict[str, Any]:
         return info.stats(self.engine)
