@@ -39,6 +39,7 @@ from snerd.eventlog.liveness import Liveness
 from snerd.projections import decide as cmds
 from snerd.projections.options import OptionError, enqueue_command
 from snerd.projections.views.tasks import task_view
+from snerd.tasks import TaskDecorator, TaskIds, TaskOptions
 
 log = logging.getLogger("snerd.queue")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,6 +123,7 @@ class Queue:
         )
         self._handlers.on_free = self.engine.wake
         self._results = Results(self.engine)
+        self._ids = TaskIds()
         self._started = False
 
     # --- registration -----------------------------------------------------------------
@@ -143,6 +145,38 @@ class Queue:
             return function
 
         return register
+
+    @strict_keywords
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        max_retries: int | None = None,
+        retry_after_hours: float | None = None,
+        urgency_score: float | None = None,
+        rate_limit_group: str | None = None,
+        max_per_minute: int | None = None,
+        auto_dedupe: bool | None = None,
+        max_execution_seconds: float | None = None,
+        pool: str | None = None,
+    ) -> TaskDecorator:
+        """Decorator: make a function (``async def`` or ``def``) a task of this queue,
+        of type ``name`` (default ``module.qualname``), with these enqueue options by
+        default. ``await f.enqueue(*args, **kwargs)`` (or ``f.delay``) enqueues a call
+        under a fresh time-ordered id and returns a handle (``.id``, ``await
+        .result()``); ``f.options(id=..., urgency_score=..., ...)`` sets per-call
+        options. See :mod:`snerd.tasks`."""
+        options = TaskOptions(
+            max_retries=max_retries, retry_after_hours=retry_after_hours,
+            urgency_score=urgency_score, rate_limit_group=rate_limit_group,
+            max_per_minute=max_per_minute, auto_dedupe=auto_dedupe,
+            max_execution_seconds=max_execution_seconds, pool=pool,
+        )  # fmt: skip
+        return TaskDecorator(self, name, options)
+
+    def new_id(self) -> str:
+        """A fresh task id: time-ordered (on this queue's clock) and sortable."""
+        return self._ids(self.engine.clock.now())
 
     def on_progress(self, callback: ProgressCallback) -> ProgressCallback:
         """Decorator: called with (task_id, data) for every progress update seen."""
