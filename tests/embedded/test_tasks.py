@@ -4,6 +4,7 @@ through the handle. In-process, on a memory log and a manual clock."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -110,7 +111,7 @@ async def test_data_not_written_by_enqueue_fails_the_attempt(make_queue: MakeQue
         return value
 
     await queue.enqueue("raw", "t", [1, 2], max_retries=0)  # plain enqueue: not args/kwargs
-    with pytest.raises(TaskDeadLetteredError, match='its data must be {"args"'):
+    with pytest.raises(TaskDeadLetteredError, match=re.escape('its data must be {"args"')):
         await queue.result("raw", timeout=WAIT)
 
 
