@@ -111,20 +111,24 @@ class Queue:
         self.storage = storage
         self._handlers = HandlerExecutor(threads=max_workers)
         self._callbacks = _Callbacks()
-        webhooks = WebhookExecutor()
-        config = EngineConfig(daemon_id=daemon_id, max_workers=max_workers, pools=pools or {})
-        self.engine = Engine(
-            log or FileLog(storage, fsync=fsync),
-            executors=[webhooks, self._handlers],
-            clock=clock,
-            config=config,
-            liveness=None if log is not None else Liveness(storage),
-            notifier=Notifier([self._callbacks, webhooks]),
-        )
-        self._handlers.on_free = self.engine.wake
-        self._results = Results(self.engine)
+        self._webhooks = WebhookExecutor()
+        self._config = EngineConfig(daemon_id=daemon_id, max_workers=max_workers,
+                                    pools=pools or {})  # fmt: skip
         self._ids = TaskIds()
         self._started = False
+        self._assemble(log or FileLog(storage, fsync=fsync), clock,
+                       None if log is not None else Liveness(storage))  # fmt: skip
+
+    def _assemble(self, log: EventLog, clock: Clock | None, liveness: Liveness | None) -> None:
+        """Build the engine on ``log`` (again, for ``snerd.testing``: before start only)."""
+        if self._started:
+            raise DispatchError("a started queue's log cannot be replaced")
+        self.engine = Engine(
+            log, executors=[self._webhooks, self._handlers], clock=clock, config=self._config,
+            liveness=liveness, notifier=Notifier([self._callbacks, self._webhooks]),
+        )  # fmt: skip
+        self._handlers.on_free = self.engine.wake
+        self._results = Results(self.engine)
 
     # --- registration -----------------------------------------------------------------
 
