@@ -15,6 +15,7 @@ from snerd.projections import events as ev
 from snerd.projections.history import Transition, audit
 from snerd.projections.schedule import format_instant
 from snerd.projections.views.status import COMPLETED
+from snerd.projections.views.tasks import finished_row
 
 Record = Mapping[str, Any]
 
@@ -45,6 +46,15 @@ def ended_view(records: Iterable[Record], task_id: str) -> dict[str, Any] | None
         done = next((r for r in reversed(mine) if r.get(ev.F_EVENT) == ev.SUCCEEDED), last)
         view["result"] = done.get(ev.F_RESULT)
     return view
+
+
+def ended_row(view: Mapping[str, Any]) -> dict[str, Any]:
+    """The dashboard's row of an ended task from its :func:`ended_view`, with its
+    ``result`` and ``attempts``."""
+    row = finished_row({**view, "state": view["status"]})
+    row.update(finishedAt=view["finishedAt"], attempt=view["attempt"])
+    row.update(attempts=view["attempts"], result=view.get("result"))
+    return row
 
 
 def attempts(transitions: Iterable[Transition]) -> list[dict[str, Any]]:
