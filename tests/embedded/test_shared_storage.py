@@ -14,7 +14,7 @@ from embeddedkit import WAIT
 
 from snerd.dispatcher.executors import Job
 from snerd.embedded import Queue
-from snerd.rpc.client import Client, RemoteDispatchError
+from snerd.rpc.client import Client
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
 from daemonkit import read_log
