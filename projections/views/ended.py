@@ -28,9 +28,9 @@ def ended_view(records: Iterable[Record], task_id: str) -> dict[str, Any] | None
     """The task's last full state in the log's field names, with ``status``,
     ``attempt`` (attempts made), ``attempts`` (each one's start, end, outcome and
     error), ``enqueuedAt``/``finishedAt`` and, when it completed, ``result`` (the
-    last success's value, null when none was recorded). None when no usable record
-    names the task."""
-    mine = [r for r in records if ev.task_id_of(r) == task_id]
+    last success's value, null when none was recorded). ``task_id`` may be a DLQ key
+    (a cron occurrence's ``id@instant``). None when no usable record names it."""
+    mine = [r for r in records if ev.task_id_of(r) == task_id or r.get(ev.F_DLQ_KEY) == task_id]
     history = audit(mine).tasks.get(task_id)
     if history is None or history.state is None:
         return None
