@@ -296,7 +296,8 @@ class Queue:
         :class:`~snerd.errors.TaskDeadLetteredError` or
         :class:`~snerd.errors.TaskCancelledError`; one the queue and its stored history
         do not know, :class:`~snerd.errors.UnknownTaskError`. Results are kept in the log
-        and its archives (``specs/log-format.md``), not in memory."""
+        and its archives (``specs/log-format.md``), not in memory. A cron task ends only
+        when its schedule does: each occurrence's result is on its ``rescheduled`` line."""
         return await asyncio.wait_for(self._results.result(task_id), timeout)
 
     def stats(self) -> dict[str, Any]:

@@ -8,7 +8,9 @@
                                           ``limit`` (default 1000), ``offset``; the total
                                           is in the ``X-Total-Count`` header
 ``POST /api/tasks``                       enqueue (body: the protocol's enqueue fields)
-``GET /api/tasks/{id}``                   one task, with its parents and children
+``GET /api/tasks/{id}``                   one task, with its parents and children (an
+                                          ended one from the log, with ``result`` and
+                                          ``attempts``)
 ``GET /api/tasks/{id}/history``           its timeline from the stored audit trail
 ``POST /api/tasks/{id}/cancel``           cancel a task that is not running
 ``GET /api/dag/{id}``                     the DAG around a task
