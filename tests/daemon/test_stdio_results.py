@@ -8,7 +8,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from conftest import Spawn
 from daemonkit import WAIT, base_env, events_of
 
 from snerd.projections.commands import MAX_RESULT_BYTES
@@ -16,7 +15,7 @@ from snerd.rpc.client import Client
 
 
 async def test_a_result_field_is_recorded_and_get_returns_the_completed_task(
-    spawn: Spawn, storage: Path
+    spawn: Any, storage: Path
 ) -> None:
     wire = await spawn(register=("t",))
     await wire.ack("a", max_retries=1)
@@ -34,7 +33,7 @@ async def test_a_result_field_is_recorded_and_get_returns_the_completed_task(
     assert task["enqueuedAt"] and task["finishedAt"]
 
 
-async def test_a_result_past_the_bound_fails_the_attempt(spawn: Spawn, storage: Path) -> None:
+async def test_a_result_past_the_bound_fails_the_attempt(spawn: Any, storage: Path) -> None:
     wire = await spawn(register=("t",))
     await wire.ack("big", max_retries=0)
     await wire.expect("execute", task_id="big")
@@ -46,7 +45,7 @@ async def test_a_result_past_the_bound_fails_the_attempt(spawn: Spawn, storage: 
     assert task["status"] == "dead_lettered"
 
 
-async def test_an_sdk_result_without_the_field_records_none(spawn: Spawn, storage: Path) -> None:
+async def test_an_sdk_result_without_the_field_records_none(spawn: Any, storage: Path) -> None:
     wire = await spawn(register=("t",))
     await wire.ack("a")
     await wire.expect("execute", task_id="a")
