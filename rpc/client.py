@@ -283,7 +283,8 @@ class Client:
         return dict(reply["stats"])
 
     async def get(self, task_id: str) -> dict[str, Any]:
-        """A task's latest state; raises ``RemoteDispatchError`` (``unknown_task``)."""
+        """A task's latest state (an ended one with its ``result`` and ``attempts``,
+        from the log's history); raises ``RemoteDispatchError`` (``unknown_task``)."""
         reply = await self.request({"action": "get", "task_id": task_id})
         return dict(reply["task"])
 
