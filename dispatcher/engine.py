@@ -36,6 +36,7 @@ from snerd.projections.commands import (
     Release,
     ReportProgress,
     Requeue,
+    check_result,
 )
 from snerd.projections.decide import decide, owns
 from snerd.projections.delta import Delta
@@ -378,20 +379,28 @@ class Engine:
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES,
+        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES, result: Any = None,
     ) -> cmds.Refusal | None:  # fmt: skip
         """Record the outcome of an attempt this daemon runs (:meth:`finish_soon`)."""
         return await self.finish_soon(task_id, success=success, error=error, attempt=attempt,
-                                      reason=reason)  # fmt: skip
+                                      reason=reason, result=result)  # fmt: skip
 
     def finish_soon(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES,
+        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES, result: Any = None,
     ) -> asyncio.Future[cmds.Refusal | None]:  # fmt: skip
         """Submit the outcome of an attempt this daemon runs; the future resolves with
         None once written, or with the refusal. If the storage refuses the write, the
-        outcome is kept and written later (the future still resolves with None)."""
+        outcome is kept and written later (the future still resolves with None). A
+        success's ``result`` that cannot be one
+        (:func:`~snerd.projections.commands.check_result`) fails the attempt with the
+        reason as its error."""
         loop = asyncio.get_running_loop()
+        if success and result is not None:
+            try:
+                result = check_result(result)
+            except ValueError as exc:
+                success, error, result = False, str(exc), None
         run = self.runs.get(task_id)
         if run is None or (attempt is not None and attempt != run.attempt):
             refused: asyncio.Future[cmds.Refusal | None] = loop.create_future()
@@ -402,7 +411,7 @@ class Engine:
                 refused.set_result(cmds.Refusal("not_active", message))
             return refused
         self._forget(run)
-        command = Finish(task_id, run.attempt, success, error=error, reason=reason)
+        command = Finish(task_id, run.attempt, success, error=error, reason=reason, result=result)
         # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
         # letter: its notice goes out, so it is durable first.
         task = self.state.tasks.get(task_id)

@@ -39,7 +39,7 @@ class Outcomes(Protocol):
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None,
+        attempt: int | None = None, result: Any = None,
     ) -> object: ...  # fmt: skip
 
     async def report_progress(self, task_id: str, data: Any) -> object: ...
@@ -94,7 +94,8 @@ class Job:
 
 Handler = Callable[[Job], Any]
 """An ``async def`` handler (awaited on the event loop), or a plain ``def`` one (run in
-a worker thread; see :class:`HandlerExecutor`). Raising fails the attempt."""
+a worker thread; see :class:`HandlerExecutor`). Raising fails the attempt; what it
+returns is the task's result (recorded with its success when not None)."""
 
 current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar(
     "snerd_current_job", default=None
@@ -144,11 +145,11 @@ class HandlerExecutor:
         body = self._call(handler, job) if is_async(handler) else self._in_thread(handler, job, run)
         run.handle = loop.create_task(self._run(body, job, outcomes))
 
-    async def _call(self, handler: Handler, job: Job) -> None:
+    async def _call(self, handler: Handler, job: Job) -> Any:
         current_job.set(job)
-        await handler(job)
+        return await handler(job)
 
-    async def _in_thread(self, handler: Handler, job: Job, run: Run) -> None:
+    async def _in_thread(self, handler: Handler, job: Job, run: Run) -> Any:
         loop = asyncio.get_running_loop()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="snerd-handler")
@@ -159,7 +160,8 @@ class HandlerExecutor:
         future.add_done_callback(lambda _: _call_soon(loop, self._returned, run))
         result = await asyncio.wrap_future(future)
         if inspect.isawaitable(result):  # a def that returned a coroutine
-            await result
+            return await result
+        return result
 
     def _returned(self, run: Run) -> None:
         if self._in_threads.pop(id(run), None) is None:  # it outlived its attempt
@@ -167,16 +169,16 @@ class HandlerExecutor:
             if self.on_free is not None:
                 self.on_free()
 
-    async def _run(self, body: Awaitable[None], job: Job, outcomes: Outcomes) -> None:
+    async def _run(self, body: Awaitable[Any], job: Job, outcomes: Outcomes) -> None:
         try:
-            await body
+            result = await body
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failing handler is an outcome, not a crash
             message = f"{type(exc).__name__}: {exc}"
             await outcomes.finish(job.id, success=False, error=message, attempt=job.attempt)
             return
-        await outcomes.finish(job.id, success=True, attempt=job.attempt)
+        await outcomes.finish(job.id, success=True, attempt=job.attempt, result=result)
 
     def stop(self, run: Run) -> None:
         if run.handle is not None and not run.handle.done():

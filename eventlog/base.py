@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -112,6 +112,13 @@ class EventLog(abc.ABC):
         """Delete archived history past the retention (age, total size); return how
         many archives went. Blocking. Archives are kept unless an operator asks."""
         return 0
+
+    def history(self) -> Iterator[Record]:
+        """Every stored record, archives first, each once (what ``iter_history`` reads
+        for a storage dir; skipped lines left out): the audit trail, for looking up a
+        task that has left the live state. Blocking: call it in a thread. Empty for a
+        log that keeps no history."""
+        return iter(())
 
     @abc.abstractmethod
     def stats(self) -> LogStats:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from snerd.eventlog import compaction, locking
 from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_chained, decode_complete, split_complete
+from snerd.eventlog.history import iter_history
 from snerd.eventlog.layout import resolve
 from snerd.eventlog.watch import Watcher, watch
 
@@ -167,6 +168,11 @@ class FileLog(BatchingLog):
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd = self._lock_fd = -1
+
+    def history(self) -> Iterator[Record]:
+        for item in iter_history(self.layout.storage):
+            if not isinstance(item, SkippedLine):
+                yield item
 
     def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
                        now_ms: int) -> int:  # fmt: skip

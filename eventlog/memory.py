@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from snerd.errors import LogError
-from snerd.eventlog.base import LogListener, LogStats, Record
+from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_complete
 from snerd.eventlog.compaction import snapshot_header, snapshot_lines
+from snerd.eventlog.history import merge_history
 from snerd.eventlog.layout import archive_name, to_prune
 
 
@@ -85,6 +86,13 @@ class MemoryLog(BatchingLog):
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._follower
+
+    def history(self) -> Iterator[Record]:
+        files = [lines for _, lines in self.store.archives] + [self.store.lines]
+        decoded = (decode_complete(b"".join(lines), 0).records for lines in files)
+        for item in merge_history(decoded):
+            if not isinstance(item, SkippedLine):
+                yield item
 
     def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
                        now_ms: int) -> int:  # fmt: skip

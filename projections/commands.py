@@ -10,9 +10,13 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final
 
+import orjson
+
 from snerd.projections.fields import REASON_MAX_RETRIES
 
 DEFAULT_MAX_RETRIES: Final = 3
+MAX_RESULT_BYTES: Final = 64 * 1024
+"""Largest result (a handler's return value) recorded, in bytes of its JSON text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,24 @@ class Finish:
     _: KW_ONLY
     error: str | None = None
     reason: str = REASON_MAX_RETRIES
+    result: Any = None
+    """A success's result: a JSON value (see :func:`check_result`); None records none."""
+
+
+def check_result(value: Any) -> Any:
+    """``value`` as the JSON value the log will hold (a tuple becomes a list, a
+    dataclass an object), or ``ValueError`` saying why it cannot be a result: not
+    JSON-serializable, or more than :data:`MAX_RESULT_BYTES` of JSON text."""
+    try:
+        text = orjson.dumps(value)
+    except TypeError as exc:  # orjson.JSONEncodeError: unsupported type, depth, ...
+        raise ValueError(f"the result is not JSON-serializable: {exc}") from None
+    if len(text) > MAX_RESULT_BYTES:
+        raise ValueError(
+            f"the result is {len(text)} bytes of JSON, more than MAX_RESULT_BYTES "
+            f"({MAX_RESULT_BYTES}): store large outputs elsewhere and return a reference"
+        )
+    return orjson.loads(text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,19 +194,21 @@ def _upcoming(task: Task, now: float) -> Cron | None:
     return cron
 
 
-def succeed(task: Task, *, now: float, daemon: str) -> list[Record]:
-    """Completion: a tombstone, or for a cron task its next occurrence."""
+def succeed(task: Task, *, now: float, daemon: str, result: Any = None) -> list[Record]:
+    """Completion: a tombstone, or for a cron task its next occurrence; either carries
+    the attempt's ``result`` when there is one."""
+    extra = {} if result is None else {ev.F_RESULT: result}
     cron = _upcoming(task, now)
     if cron is not None:
-        return [_next_occurrence(task, cron, now, daemon)]
+        return [_next_occurrence(task, cron, now, daemon, **extra)]
     # SnerdMQ's readers count a tombstone that still carries an error as a failure.
-    return [full_state(ev.SUCCEEDED, replace(task, last_error=None), now, daemon)]
+    return [full_state(ev.SUCCEEDED, replace(task, last_error=None), now, daemon, **extra)]
 
 
-def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str) -> Record:
+def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str, **extra: Any) -> Record:
     at = reschedule(cron, scheduled_at=task.execute_at or now, now=now)
     fresh = replace(task, execute_at=at, retry_count=0, retry_after_time=None, last_error=None)
-    return full_state(ev.RESCHEDULED, fresh, now, daemon)
+    return full_state(ev.RESCHEDULED, fresh, now, daemon, **extra)
 
 
 def fail(
@@ -408,7 +410,7 @@ def _finish(state: QueueState, command: Finish, *, now: float, daemon: str) -> D
     if task is None or not owns(task, daemon, command.attempt):
         return Decision((), Refusal("not_active", f"the claim on {command.task_id!r} was lost"))
     if command.success:
-        return _decided(succeed(task, now=now, daemon=daemon))
+        return _decided(succeed(task, now=now, daemon=daemon, result=command.result))
     records, _ = fail(state, task, command.error or "task failed", now=now, daemon=daemon,
                       reason=command.reason)  # fmt: skip
     return _decided(records)

@@ -58,6 +58,9 @@ F_DLQ_KEY: Final = "dlqKey"
 F_GROUP: Final = "group"
 F_TIMES: Final = "times"
 F_COMPACTED: Final = "compacted"  # a snapshot line written by compaction
+F_RESULT: Final = "result"
+"""On a ``succeeded`` (or a cron task's ``rescheduled``) line: the handler's return
+value, any JSON value; absent when it returned nothing (null)."""
 F_TASK: Final = "task"
 """The task a light line (claimed, progress, claim_released, purged) is about. Not
 ``taskId``: SnerdMQ's readers (its SDKs' dashboards) take the last line with a
@@ -142,6 +145,7 @@ OUR_FIELDS: Final = frozenset(
         F_DATA,
         F_DLQ_KEY,
         F_COMPACTED,
+        F_RESULT,
     }
 )
 """Fields we write on full-state lines besides the task's own."""

@@ -34,13 +34,15 @@ from typing import Any, Final, TypeAlias
 import orjson
 
 from snerd.errors import DispatchError, ProtocolError, SnerdError
+from snerd.projections.commands import check_result
 from snerd.rpc.protocol import MAX_LINE_BYTES
 
 log = logging.getLogger("snerd.client")
 
 Message: TypeAlias = dict[str, Any]
 Handler: TypeAlias = Callable[[str, Any], Awaitable[Any]]
-"""An async task handler: ``(task_id, data)``; returning is success, raising is failure."""
+"""An async task handler: ``(task_id, data)``; returning is success (what it returns
+is the task's result), raising is failure."""
 NoticeCallback: TypeAlias = Callable[[Message], Any]
 
 DAEMON_CODE: Final = "import sys; from snerd.daemon import main; sys.exit(main())"
@@ -281,7 +283,8 @@ class Client:
         return dict(reply["stats"])
 
     async def get(self, task_id: str) -> dict[str, Any]:
-        """A task's latest state; raises ``RemoteDispatchError`` (``unknown_task``)."""
+        """A task's latest state (an ended one with its ``result`` and ``attempts``,
+        from the log's history); raises ``RemoteDispatchError`` (``unknown_task``)."""
         reply = await self.request({"action": "get", "task_id": task_id})
         return dict(reply["task"])
 
@@ -299,11 +302,20 @@ class Client:
 
     async def result(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None,
+        attempt: int | None = None, result: Any = None,
     ) -> None:  # fmt: skip
-        """Report an attempt's outcome by hand (handlers do this automatically)."""
+        """Report an attempt's outcome by hand (handlers do this automatically). A
+        success's ``result`` (a JSON value, at most ``MAX_RESULT_BYTES`` of it) is
+        recorded with it; one that cannot be reports a failure saying why."""
+        if success and result is not None:
+            try:
+                result = check_result(result)
+            except ValueError as exc:
+                success, error, result = False, str(exc), None
         message: Message = {"action": "result", "task_id": task_id,
                             "status": "success" if success else "error"}  # fmt: skip
+        if result is not None:
+            message["result"] = result
         if not success and error is not None:
             message["error_msg"] = error
         if attempt is not None:
@@ -436,13 +448,13 @@ class Client:
         task_id = str(message.get("task_id"))
         attempt = message.get("attempt")
         try:
-            await handler(task_id, _json_data(message.get("task_data")))
+            value = await handler(task_id, _json_data(message.get("task_data")))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             error = str(exc) or type(exc).__name__
             outcome = self.result(task_id, success=False, error=error, attempt=attempt)
         else:
-            outcome = self.result(task_id, success=True, attempt=attempt)
+            outcome = self.result(task_id, success=True, attempt=attempt, result=value)
         with contextlib.suppress(DaemonExited):
             await outcome

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from snerd.dispatcher import info
+from snerd.dispatcher import info, results
 from snerd.dispatcher.engine import Engine, EnqueueOutcome
 from snerd.errors import LogError
 from snerd.projections import decide as cmds
@@ -59,7 +59,8 @@ def answer_result(command: p.Result, engine: Engine, out: Output) -> None:
             out.write(_refused(refusal, command.task_id, command.request_id))
 
     engine.finish_soon(
-        command.task_id, success=command.success, error=command.error, attempt=command.attempt
+        command.task_id, success=command.success, error=command.error, attempt=command.attempt,
+        result=command.result,
     ).add_done_callback(reply)
 
 
@@ -110,7 +111,7 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
     if isinstance(command, p.Result):
         refusal = await engine.finish(
             command.task_id, success=command.success, error=command.error,
-            attempt=command.attempt,
+            attempt=command.attempt, result=command.result,
         )  # fmt: skip
         return None if refusal is None else _refused(refusal, command.task_id, rid)
     if isinstance(command, p.Stats):
@@ -119,6 +120,8 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
     if isinstance(command, p.Get):
         task_id = command.task_id
         view = await engine.read(lambda: task_view(engine.state, task_id, now=engine.clock.now()))
+        if view is None:  # ended (or enqueued elsewhere): from the stored history
+            view = await results.lookup(engine, task_id)
         if view is None:
             return p.error(f"no task {command.task_id!r}", code=p.UNKNOWN_TASK,
                            task_id=command.task_id, request_id=rid)  # fmt: skip

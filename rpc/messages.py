@@ -93,6 +93,8 @@ class Result:
     error: str | None = None
     attempt: int | None = None
     request_id: RequestId | None = None
+    result: Any = None
+    """A success's return value (any JSON value; ours, the SDKs never send it)."""
 
 
 @dataclass(frozen=True, slots=True)

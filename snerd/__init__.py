@@ -1,7 +1,9 @@
 """snerd: an embedded, event-sourced background-job queue.
 
-The public face: ``snerd.Queue`` for the in-process engine, ``snerd.Client`` for a
-daemon spawned over stdio. Heavy modules load lazily so the daemon starts fast.
+The public face: ``snerd.Queue`` for the in-process engine (with ``@queue.task``,
+``snerd.tasks``), ``snerd.Client`` for a daemon spawned over stdio, ``snerd.testing``
+for testing handlers on memory with a manual clock. Heavy modules load lazily so the
+daemon starts fast.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from snerd.dispatcher.clock import Clock
 from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.dispatcher.executors import Handler, HandlerExecutor, Job, current_job
 from snerd.dispatcher.notify import Notifier
+from snerd.dispatcher.results import Results, lookup
 from snerd.dispatcher.webhooks import WebhookExecutor
 from snerd.errors import DispatchError, ProtocolError
 from snerd.eventlog.base import EventLog, Record
@@ -38,6 +39,7 @@ from snerd.eventlog.liveness import Liveness
 from snerd.projections import decide as cmds
 from snerd.projections.options import OptionError, enqueue_command
 from snerd.projections.views.tasks import task_view
+from snerd.tasks import TaskDecorator, TaskIds, TaskOptions
 
 log = logging.getLogger("snerd.queue")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,18 +111,24 @@ class Queue:
         self.storage = storage
         self._handlers = HandlerExecutor(threads=max_workers)
         self._callbacks = _Callbacks()
-        webhooks = WebhookExecutor()
-        config = EngineConfig(daemon_id=daemon_id, max_workers=max_workers, pools=pools or {})
-        self.engine = Engine(
-            log or FileLog(storage, fsync=fsync),
-            executors=[webhooks, self._handlers],
-            clock=clock,
-            config=config,
-            liveness=None if log is not None else Liveness(storage),
-            notifier=Notifier([self._callbacks, webhooks]),
-        )
-        self._handlers.on_free = self.engine.wake
+        self._webhooks = WebhookExecutor()
+        self._config = EngineConfig(daemon_id=daemon_id, max_workers=max_workers,
+                                    pools=pools or {})  # fmt: skip
+        self._ids = TaskIds()
         self._started = False
+        self._assemble(log or FileLog(storage, fsync=fsync), clock,
+                       None if log is not None else Liveness(storage))  # fmt: skip
+
+    def _assemble(self, log: EventLog, clock: Clock | None, liveness: Liveness | None) -> None:
+        """Build the engine on ``log`` (again, for ``snerd.testing``: before start only)."""
+        if self._started:
+            raise DispatchError("a started queue's log cannot be replaced")
+        self.engine = Engine(
+            log, executors=[self._webhooks, self._handlers], clock=clock, config=self._config,
+            liveness=liveness, notifier=Notifier([self._callbacks, self._webhooks]),
+        )  # fmt: skip
+        self._handlers.on_free = self.engine.wake
+        self._results = Results(self.engine)
 
     # --- registration -----------------------------------------------------------------
 
@@ -141,6 +149,38 @@ class Queue:
             return function
 
         return register
+
+    @strict_keywords
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        max_retries: int | None = None,
+        retry_after_hours: float | None = None,
+        urgency_score: float | None = None,
+        rate_limit_group: str | None = None,
+        max_per_minute: int | None = None,
+        auto_dedupe: bool | None = None,
+        max_execution_seconds: float | None = None,
+        pool: str | None = None,
+    ) -> TaskDecorator:
+        """Decorator: make a function (``async def`` or ``def``) a task of this queue,
+        of type ``name`` (default ``module.qualname``), with these enqueue options by
+        default. ``await f.enqueue(*args, **kwargs)`` (or ``f.delay``) enqueues a call
+        under a fresh time-ordered id and returns a handle (``.id``, ``await
+        .result()``); ``f.options(id=..., urgency_score=..., ...)`` sets per-call
+        options. See :mod:`snerd.tasks`."""
+        options = TaskOptions(
+            max_retries=max_retries, retry_after_hours=retry_after_hours,
+            urgency_score=urgency_score, rate_limit_group=rate_limit_group,
+            max_per_minute=max_per_minute, auto_dedupe=auto_dedupe,
+            max_execution_seconds=max_execution_seconds, pool=pool,
+        )  # fmt: skip
+        return TaskDecorator(self, name, options)
+
+    def new_id(self) -> str:
+        """A fresh task id: time-ordered (on this queue's clock) and sortable."""
+        return self._ids(self.engine.clock.now())
 
     def on_progress(self, callback: ProgressCallback) -> ProgressCallback:
         """Decorator: called with (task_id, data) for every progress update seen."""
@@ -241,6 +281,24 @@ class Queue:
 
     def get(self, task_id: str) -> dict[str, Any] | None:
         return task_view(self.engine.state, task_id, now=self.engine.clock.now())
+
+    async def lookup(self, task_id: str) -> dict[str, Any] | None:
+        """:meth:`get`, and for a task that has left the queue (completed, cancelled,
+        purged) its view read back from the stored history: ``status``, ``result``,
+        ``attempts`` (each one's start, end, outcome and error), ``enqueuedAt``,
+        ``finishedAt``. None when nothing names it (its archive may have been pruned)."""
+        return await lookup(self.engine, task_id)
+
+    async def result(self, task_id: str, *, timeout: float | None = None) -> Any:
+        """Wait (up to ``timeout`` seconds: ``TimeoutError``) until the task completes
+        and its success is durable, and return its handler's return value (None if it
+        returned nothing). A task that ended otherwise raises
+        :class:`~snerd.errors.TaskDeadLetteredError` or
+        :class:`~snerd.errors.TaskCancelledError`; one the queue and its stored history
+        do not know, :class:`~snerd.errors.UnknownTaskError`. Results are kept in the log
+        and its archives (``specs/log-format.md``), not in memory. A cron task ends only
+        when its schedule does: each occurrence's result is on its ``rescheduled`` line."""
+        return await asyncio.wait_for(self._results.result(task_id), timeout)
 
     def stats(self) -> dict[str, Any]:
         return info.stats(self.engine)

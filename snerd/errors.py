@@ -39,3 +39,34 @@ class ProtocolError(SnerdError):
 
 class DispatchError(SnerdError):
     """The dispatcher refused a command (dispatcher/)."""
+
+
+class ResultError(SnerdError):
+    """A task has no result to hand over (``Queue.result``): it did not complete.
+
+    ``task_id`` names it; ``state`` is how it ended (``dead_lettered``, ``cancelled``,
+    or None when the log has no record of it); ``error`` its last error, if any.
+    """
+
+    def __init__(
+        self, message: str, *, task_id: str, state: str | None = None, error: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.task_id = task_id
+        self.state = state
+        self.error = error
+
+
+class TaskDeadLetteredError(ResultError):
+    """The task exhausted its retries (or a parent failed): it is in the dead-letter
+    queue, or was purged from it."""
+
+
+class TaskCancelledError(ResultError):
+    """The task was cancelled before it ran to completion."""
+
+
+class UnknownTaskError(ResultError):
+    """Neither the live queue nor the stored history (archives included) names the
+    task: never enqueued, or its history was pruned by the archive retention."""

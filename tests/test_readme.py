@@ -49,6 +49,24 @@ def test_the_embedded_example_runs_as_written(tmp_path: Path) -> None:
         assert out.count("sending to") == 2 and "0 pending" in out
 
 
+def test_the_task_and_results_example_runs_as_written(tmp_path: Path) -> None:
+    for out in _run_twice(_block_after("## Tasks and results"), tmp_path):
+        assert "resized: {'path': 'cat.png', 'width': 320}" in out, out
+        assert "words: 6" in out and "state: completed" in out, out
+
+
+def test_the_testing_example_passes_under_pytest(tmp_path: Path) -> None:
+    (tmp_path / "test_welcome.py").write_text(_block_after("## Testing your handlers"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_welcome.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+    assert not (tmp_path / ".snerdata").exists()  # nothing touched the disk
+
+
 def test_the_commands_are_in_the_order_a_new_user_needs() -> None:
     assert "node app.js" not in README  # no Node program of ours exists
     chromium = README.index("apt-get update && apt-get install -y chromium")

@@ -8,7 +8,9 @@
                                           ``limit`` (default 1000), ``offset``; the total
                                           is in the ``X-Total-Count`` header
 ``POST /api/tasks``                       enqueue (body: the protocol's enqueue fields)
-``GET /api/tasks/{id}``                   one task, with its parents and children
+``GET /api/tasks/{id}``                   one task, with its parents and children (an
+                                          ended one from the log, with ``result`` and
+                                          ``attempts``)
 ``GET /api/tasks/{id}/history``           its timeline from the stored audit trail
 ``POST /api/tasks/{id}/cancel``           cancel a task that is not running
 ``GET /api/dag/{id}``                     the DAG around a task
@@ -36,7 +38,7 @@ import orjson
 from aiohttp import web
 
 from snerd.dashboard.monitor import Monitor
-from snerd.dispatcher import info
+from snerd.dispatcher import info, results
 from snerd.dispatcher.engine import Engine
 from snerd.errors import SnerdError
 from snerd.eventlog import FileLog, SkippedLine, iter_history
@@ -44,6 +46,7 @@ from snerd.projections import decide as cmds
 from snerd.projections import events as ev
 from snerd.projections.options import Fields, OptionError, enqueue_options
 from snerd.projections.views import dag as dags
+from snerd.projections.views import ended
 from snerd.projections.views import stats as figures
 from snerd.projections.views import status as st
 from snerd.projections.views import tasks as views
@@ -181,8 +184,12 @@ class Api:
         task_id = request.match_info["id"]
         state, now = self.engine.state, self._now()
         row = views.find_row(state, self.monitor.finished(task_id), task_id, now)
+        if row is None or row["state"] in st.FINISHED:  # its result, attempts: from the log
+            view = await results.lookup(self.engine, task_id)
+            if view is not None and view["status"] in st.ENDED:
+                row = ended.ended_row(view)
         if row is None:
-            raise ApiError(404, f"no task {task_id!r} (unknown, or completed long ago)")
+            raise ApiError(404, f"no task {task_id!r} (unknown, or its history was pruned)")
         lookup = self.monitor.finished
         row["parentStates"] = [
             {"id": p, "state": st.state_of(state, p, now, lookup(p))} for p in row["parents"]

@@ -75,7 +75,7 @@ class Figures:
             return
         if event in (ev.SUCCEEDED, ev.CANCELLED) and not record.get(ev.F_COMPACTED):
             self.finished.pop(task_id, None)
-            row = {k: v for k, v in record.items() if k not in (ev.F_SEQ,)}
+            row = {k: v for k, v in record.items() if k not in (ev.F_SEQ, ev.F_RESULT)}
             row["state"] = "completed" if event == ev.SUCCEEDED else "cancelled"
             self.finished[task_id] = row
             while len(self.finished) > RECENT_FINISHED:

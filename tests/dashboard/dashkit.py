@@ -6,7 +6,7 @@ timing), so the state it folds to is exact:
 ============  ==========  =============================================================
 id            state       how
 ============  ==========  =============================================================
-fetch-a       completed   enqueued, claimed, succeeded
+fetch-a       completed   enqueued, claimed, succeeded with result {"rows": 3}
 fetch-b       active      claimed by worker-1, progress {"pct": 40}
 aggregate     blocked     waits on fetch-a (absent: done) and fetch-b (running)
 flaky         scheduled   failed once ("card declined"), retry in an hour
@@ -74,8 +74,9 @@ class Seeder:
     def progress(self, task_id: str, data: Any) -> None:
         self._add([progress_record(self.state, task_id, data, self.now)])
 
-    def succeed(self, task_id: str) -> None:
-        self._add(cmds.succeed(self.state.tasks[task_id], now=self.now, daemon=WORKER))
+    def succeed(self, task_id: str, result: Any = None) -> None:
+        task = self.state.tasks[task_id]
+        self._add(cmds.succeed(task, now=self.now, daemon=WORKER, result=result))
 
     def fail(self, task_id: str, error: str) -> None:
         records, _ = cmds.fail(
@@ -94,7 +95,7 @@ def seed_records(now: float | None = None) -> list[Record]:
     s.enqueue("fetch-b", "fetch", {"source": "b"})
     s.enqueue("aggregate", "aggregate", trigger_after_ids=["fetch-a", "fetch-b"])
     s.claim("fetch-a")
-    s.succeed("fetch-a")
+    s.succeed("fetch-a", result={"rows": 3})
     s.claim("fetch-b")
     s.progress("fetch-b", {"pct": 40})
     s.enqueue("flaky", "charge", max_retries=1, retry_after_hours=1)

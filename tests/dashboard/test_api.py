@@ -112,6 +112,17 @@ async def test_history_is_the_audit_trail(client):
     assert [e["event"] for e in done["entries"]] == ["enqueued", "claimed", "succeeded"]
 
 
+async def test_a_completed_tasks_page_shows_its_result_and_attempts(client):
+    task = await _json(await client.get("/api/tasks/fetch-a"))
+    assert task["state"] == "completed" and task["result"] == {"rows": 3}
+    [attempt] = task["attempts"]
+    assert attempt["attempt"] == 1 and attempt["outcome"] == "succeeded"
+    assert attempt["daemon"] == "worker-1" and attempt["startedAt"] and attempt["endedAt"]
+    assert task["parents"] == [] and task["children"][0]["id"] == "aggregate"
+    email = await _json(await client.get("/api/tasks/email-1"))
+    assert email["state"] == "completed" and email["result"] is None  # none recorded
+
+
 async def test_dag_shows_parents_children_and_fan_in(client):
     dag = await _json(await client.get("/api/dag/fetch-b"))
     nodes = {n["id"]: n for n in dag["nodes"]}

@@ -117,6 +117,14 @@ async def test_task_timeline_shows_its_history(page):
     await expect(page.locator(".detail-head .badge")).to_have_text("scheduled")
 
 
+async def test_a_completed_tasks_page_shows_its_result(page):
+    from playwright.async_api import expect
+
+    await page.goto(page.base_url + "#/task/fetch-a")
+    await expect(page.locator(".detail-head .badge")).to_have_text("completed")
+    await expect(page.locator("#task-result")).to_contain_text('"rows": 3')
+
+
 async def test_live_progress_appears_without_reload(page, engine):
     from playwright.async_api import expect
 

@@ -14,7 +14,7 @@ from embeddedkit import WAIT
 
 from snerd.dispatcher.executors import Job
 from snerd.embedded import Queue
-from snerd.rpc.client import Client, RemoteDispatchError
+from snerd.rpc.client import Client
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
 from daemonkit import read_log
@@ -69,14 +69,10 @@ async def test_enqueue_through_the_daemon_runs_on_the_embedded_handler(
     assert (job.id, job.data, job.attempt) == ("from-daemon", {"n": 1}, 1)
     await asyncio.wait_for(embedded.join(), WAIT)
 
-    async def gone_for_the_daemon() -> bool:  # it learns of the completion from the log
-        try:
-            await daemon.get("from-daemon")
-        except RemoteDispatchError as exc:
-            return exc.code == "unknown_task"
-        return False
+    async def completed_for_the_daemon() -> bool:  # it learns of the completion from the log
+        return (await daemon.get("from-daemon"))["status"] == "completed"
 
-    await eventually(gone_for_the_daemon)
+    await eventually(completed_for_the_daemon)
 
 
 async def test_enqueue_through_the_embedded_queue_runs_on_the_daemon(

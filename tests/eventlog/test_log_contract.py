@@ -297,3 +297,18 @@ async def test_a_follower_resets_by_itself_after_compaction_elsewhere(open_log: 
     await a.append(recs("z"))
     await rec_b.wait_for(lambda: rec_b.resets == 1 and "z" in rec_b.state)
     assert rec_b.state == rec_a.state
+
+
+async def test_history_holds_every_record_once_across_compactions(open_log: OpenLog) -> None:
+    """``history()``: the audit trail (archives, then the live log) without the
+    snapshots' restatements, as ``get`` and ``Queue.result`` read ended tasks back."""
+    a, rec = await open_log(follow=False)
+    await a.append(recs("x", "y"))
+    await a.compact(rec.snapshot())
+    await a.append(recs("z"))
+    await a.compact(rec.snapshot())
+    await a.append(recs("w"))
+    puts = [(r["k"], r["seq"]) for r in a.history() if r.get("event") == "put"]
+    assert puts == [("x", 1), ("y", 2), ("z", 3), ("w", 4)]
+    b, _ = await open_log(follow=False)  # another process reads the same trail
+    assert [r["k"] for r in b.history() if r.get("event") == "put"] == ["x", "y", "z", "w"]

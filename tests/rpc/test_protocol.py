@@ -225,10 +225,18 @@ def test_sdk_enqueue_with_aware_datetime_and_string_execute_at() -> None:
         ({"status": "success", "error_msg": "ignored"}, Result("t1", True)),
         ({"status": "error", "error_msg": {"code": 7}}, Result("t1", False, error='{"code":7}')),
         ({"status": "error", "attempt": 3}, Result("t1", False, attempt=3)),
+        ({"status": "success", "result": {"rows": [1]}}, Result("t1", True, result={"rows": [1]})),
+        ({"success": True, "result": "text"}, Result("t1", True, result="text")),
+        ({"status": "error", "result": 5}, Result("t1", False)),  # read only on success
     ],
 )
 def test_result_forms(msg: dict[str, Any], expected: Result) -> None:
     assert parse_line(line(action="result", task_id="t1", **msg)) == expected
+
+
+def test_a_result_with_a_result_field_round_trips() -> None:
+    command = Result("t1", True, attempt=2, result=[1, {"a": None}])
+    assert parse_line(p.encode_command(command)) == command
 
 
 def test_sdk_progress_and_register() -> None:

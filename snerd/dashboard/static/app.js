@@ -329,7 +329,9 @@
           prop("Reason", task.reason ? label(task.reason) : null), prop("Last error", task.lastError),
           prop("Parents", task.parents.length ? links(task.parentStates) : null),
           prop("Unknown parents", task.unknownParents && task.unknownParents.length ? h("span", { class: "err", id: "unknown-parents", text: `${task.unknownParents.join(", ")}: neither live nor dead-lettered when this task was enqueued, so it did not wait for them (a mistyped id?)` }) : null), prop("Children", task.children.length ? links(task.children) : null)),
-        h("h2", { text: "Payload", class: "sub" }), h("pre", { class: "data", text: json(task.taskData) }))));
+        h("h2", { text: "Payload", class: "sub" }), h("pre", { class: "data", text: json(task.taskData) }),
+        task.state === "completed" ? h("h2", { text: "Result", class: "sub" }) : null,
+        task.state === "completed" ? h("pre", { class: "data", id: "task-result", text: task.result === null || task.result === undefined ? "— (none recorded)" : json(task.result) }) : null)));
       if (task.parents.length || task.children.length) {
         const dag = await get(`/api/dag/${enc}`);
         put(dagBox, panel("Workflow", "parents on the left, children on the right; click a task", dagSvg(dag)));
