@@ -44,9 +44,7 @@ def configure(env: Mapping[str, str]) -> None:
     raw_format = env.get("SNERD_LOG_FORMAT", "text")
     style = raw_format.strip().lower() or "text"
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        json_formatter() if style == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    handler.setFormatter(json_formatter() if style == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=getattr(logging, level if level in LEVELS else "WARNING"),
                         handlers=[handler])  # fmt: skip
     log = logging.getLogger("snerd.daemon")

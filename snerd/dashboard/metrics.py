@@ -118,8 +118,11 @@ class QueueCollector(Collector):
         used = GaugeMetricFamily("snerd_rate_limit_window_used",
                                  "Dispatches in the group's rolling 60 s window.",
                                  labels=["group"])  # fmt: skip
-        limit = GaugeMetricFamily("snerd_rate_limit_max_per_minute",
-                                  "The group's limit (from its live tasks).", labels=["group"])
+        limit = GaugeMetricFamily(
+            "snerd_rate_limit_max_per_minute",
+            "The group's limit (from its live tasks).",
+            labels=["group"],
+        )
         waiting = GaugeMetricFamily("snerd_rate_limit_waiting",
                                     "Live tasks in the group.", labels=["group"])  # fmt: skip
         for row in figures.rate_groups(state, now):

@@ -39,13 +39,25 @@ async def test_metrics_count_the_whole_history_by_type(client):
     samples, resp = await scrape(client)
     assert resp.content_type == "text/plain"
     assert by_label(samples, "snerd_tasks_enqueued_total", "type") == {
-        "fetch": 2, "aggregate": 1, "charge": 1, "email": 5, "import": 1, "report": 1}
+        "fetch": 2,
+        "aggregate": 1,
+        "charge": 1,
+        "email": 5,
+        "import": 1,
+        "report": 1,
+    }
     assert by_label(samples, "snerd_attempts_started_total", "type") == {
-        "fetch": 2, "charge": 1, "import": 1, "email": 2}
+        "fetch": 2,
+        "charge": 1,
+        "import": 1,
+        "email": 2,
+    }
     assert by_label(samples, "snerd_tasks_succeeded_total", "type") == {"fetch": 1, "email": 2}
     assert by_label(samples, "snerd_attempts_failed_total", "type") == {"charge": 1, "import": 1}
     assert by_label(samples, "snerd_tasks_dead_lettered_total", "type") == {
-        "import": 1, "report": 1}  # report failed through: no attempt of its own
+        "import": 1,
+        "report": 1,
+    }  # report failed through: no attempt of its own
     assert by_label(samples, "snerd_tasks_deduplicated_total", "type") == {}
     assert by_label(samples, "snerd_tasks", "state") == EXPECTED_COUNTS
 

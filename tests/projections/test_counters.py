@@ -146,6 +146,6 @@ def test_histogram_buckets_are_cumulative_and_complete(values: list[float]) -> N
     assert rows[-1] == ("+Inf", len(values))
     counts = [n for _, n in rows]
     assert counts == sorted(counts)
-    for (bound, n) in rows[:-1]:
+    for bound, n in rows[:-1]:
         assert n == sum(1 for v in values if v <= float(bound))
     assert hist[1] == pytest.approx(sum(values))
