@@ -13,6 +13,7 @@ from snerd.projections import counters as ctr
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
 from snerd.projections.commands import Enqueue
+from snerd.projections.history import audit, summarize
 from snerd.projections.replay import bulk_fold
 from snerd.projections.snapshot import snapshot_records
 from snerd.projections.state import QueueState, empty, fold
@@ -149,3 +150,13 @@ def test_histogram_buckets_are_cumulative_and_complete(values: list[float]) -> N
     for bound, n in rows[:-1]:
         assert n == sum(1 for v in values if v <= float(bound))
     assert hist[1] == pytest.approx(sum(values))
+
+
+def test_the_audit_trail_does_not_take_a_dropped_enqueue_for_a_task() -> None:
+    log = Log()
+    log.enqueue(enqueue_cmd("a", auto_dedupe=True), T0)
+    log.enqueue(enqueue_cmd("b", auto_dedupe=True), T0 + 1)  # dropped: a duplicate of a
+    lines = [orjson.loads(orjson.dumps(r)) for r in snapshot_records(log.state, T0 + 2)]
+    for history in (summarize(log.records + lines), audit(log.records + lines)):
+        assert set(history.tasks) == {"a"}
+        assert history.counts()["pending"] == 1 and history.counts()["completed"] == 0
