@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -177,3 +178,37 @@ async def test_healthz_is_unavailable_while_the_log_has_unread_records(tmp_path)
     finally:
         await other.drain(0)
         await engine.drain(0)
+
+
+async def test_a_follower_keeps_its_totals_when_another_process_compacts(tmp_path):
+    storage = tmp_path / "store"
+    writer, follower = reader_engine(storage), reader_engine(storage)
+    await writer.start()
+    await follower.start()
+    try:
+        for n in range(3):
+            await writer.enqueue(Enqueue(f"t{n}", "mail"))
+        await writer.cancel("t0")
+        client = await _client(follower)
+        try:
+            for _ in range(200):  # the follower reads the writer's appends (it polls)
+                before, _ = await scrape(client)
+                if before.get(("snerd_tasks_cancelled_total", frozenset({("type", "mail")}))):
+                    break
+                await asyncio.sleep(0.01)
+            assert await writer.compact()
+            await writer.enqueue(Enqueue("t9", "mail"))
+            for _ in range(200):  # the follower switches to the compacted file, from its start
+                after, _ = await scrape(client)
+                enqueued = after.get(("snerd_tasks_enqueued_total", frozenset({("type", "mail")})))
+                if enqueued == 4:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await client.close()
+    finally:
+        await follower.drain(0)
+        await writer.drain(0)
+    assert by_label(before, "snerd_tasks_enqueued_total", "type") == {"mail": 3}
+    assert by_label(after, "snerd_tasks_enqueued_total", "type") == {"mail": 4}
+    assert by_label(after, "snerd_tasks_cancelled_total", "type") == {"mail": 1}
