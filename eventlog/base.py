@@ -51,6 +51,14 @@ class LogStats:
     records: int
     skipped: int
     last_seq: int
+    unread_bytes: int = 0
+    """Bytes of the log this instance has not read yet (0: caught up with the file)."""
+    commits: int = 0
+    """Batches this instance wrote (group commits: one write, at most one fsync each)."""
+    fsyncs: int = 0
+    """fsyncs of the log this instance made."""
+    fsync_seconds: float = 0.0
+    """Their total time."""
 
 
 class LogListener(Protocol):

@@ -94,6 +94,8 @@ class FileLog(BatchingLog):
         self._mutex = asyncio.Lock()  # reading state and the write path, in-process
         self._compact_lock = asyncio.Lock()
         self._fsync_seconds = 0.0  # moving average of recent fsyncs
+        self._fsyncs = 0
+        self._fsync_total = 0.0
         self._watcher: Watcher | None = None
         self._follower: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
@@ -185,7 +187,11 @@ class FileLog(BatchingLog):
             size = os.fstat(self._fd).st_size if self._fd >= 0 else 0
         except OSError:
             size = self._read_pos
-        return LogStats(str(self.path), size, self._records, self._skipped, self._last_seq)
+        return LogStats(
+            str(self.path), size, self._records, self._skipped, self._last_seq,
+            unread_bytes=max(0, size - self._read_pos), commits=self.commits,
+            fsyncs=self._fsyncs, fsync_seconds=self._fsync_total,
+        )  # fmt: skip
 
     # --------------------------------------------------------------- reading
 
@@ -369,6 +375,8 @@ class FileLog(BatchingLog):
             await asyncio.get_running_loop().run_in_executor(_FSYNC_POOL, _fsync, self._fd)
         took = time.perf_counter() - start
         self._fsync_seconds = 0.8 * self._fsync_seconds + 0.2 * took
+        self._fsyncs += 1
+        self._fsync_total += took
 
     # ------------------------------------------------------------ compaction
 

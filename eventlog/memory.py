@@ -105,7 +105,8 @@ class MemoryLog(BatchingLog):
     def stats(self) -> LogStats:
         size = sum(map(len, self.store.lines))
         return LogStats(
-            f"memory:{id(self.store):x}", size, self._records, self._skipped, self._last_seq
+            f"memory:{id(self.store):x}", size, self._records, self._skipped, self._last_seq,
+            commits=self.commits,
         )
 
     # --------------------------------------------------------------- reading

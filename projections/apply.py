@@ -16,6 +16,7 @@ from pyrsistent import pset
 
 from snerd.projections import heap
 from snerd.projections.cells import MapCell, SetCell
+from snerd.projections.counters import CounterKey, Hist, HistKey, merged, observed
 from snerd.projections.delta import Delta, DeltaBuilder
 from snerd.projections.events import (
     MAX_MS as MAX_MS,
@@ -32,7 +33,7 @@ from snerd.projections.events import (
 from snerd.projections.events import (
     record_time as record_time,
 )
-from snerd.projections.evolve import step, step_all
+from snerd.projections.evolve import step, step_all, tally
 from snerd.projections.rates import extend_window
 from snerd.projections.rules import phase_for
 from snerd.projections.state import (
@@ -57,6 +58,8 @@ class Folder:
         self.fingerprints = MapCell(state.fingerprints)
         self.windows = MapCell(state.windows)
         self.by_daemon = MapCell(state.by_daemon)
+        self.counters = MapCell(state.counters)
+        self.histograms = MapCell(state.histograms)
         self.n = state.n
         self.last_seq = state.last_seq
         self.invalid = state.invalid
@@ -92,6 +95,8 @@ class Folder:
             fingerprints=self.fingerprints.persistent(),
             windows=self.windows.persistent(),
             by_daemon=self.by_daemon.persistent(),
+            counters=self.counters.persistent(),
+            histograms=self.histograms.persistent(),
             n=self.n,
             last_seq=self.last_seq,
             invalid=self.invalid,
@@ -105,6 +110,18 @@ class Folder:
 
     def count(self, metric: str, event: Event) -> None:
         self.delta.counted.append((metric, event))
+        task_id = getattr(event, "task_id", None)
+        key, seen = tally(metric, event, self.tasks.get(task_id) if task_id else None)
+        self.counters[key] = (self.counters.get(key) or 0) + 1
+        if seen is not None:
+            self.histograms[seen[0]] = observed(self.histograms.get(seen[0]), seen[1])
+
+    def add_totals(self, counts: Mapping[CounterKey, int],
+                   histograms: Mapping[HistKey, Hist]) -> None:  # fmt: skip
+        for key, n in counts.items():
+            self.counters[key] = (self.counters.get(key) or 0) + n
+        for hkey, hist in histograms.items():
+            self.histograms[hkey] = merged(self.histograms.get(hkey), hist)
 
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
         old = self.tasks.get(event.task_id)

@@ -108,7 +108,10 @@ def enqueue(
     digest = fingerprint(cmd.task_type, cmd.task_data) if cmd.auto_dedupe else None
     holders = state.fingerprints.get(digest) if digest else None
     if holders:
-        return [], Deduplicated(min(holders))
+        holder = min(holders)
+        dropped = _event(ev.DEDUPLICATED, now, daemon, **{
+            ev.F_TASK: cmd.task_id, ev.F_TYPE: cmd.task_type, ev.F_DUPLICATE_OF: holder})
+        return [dropped], Deduplicated(holder)
     execute_at = cmd.execute_at
     if cmd.cron and execute_at is None:
         execute_at = next_fire(parse_cron(cmd.cron), now)
@@ -168,6 +171,9 @@ def claim(task: Task, *, now: float, daemon: str, lease_seconds: float) -> Recor
     )  # fmt: skip
     if task.rate_group:
         record[ev.F_GROUP] = task.rate_group
+    due = max((t for t in (task.created_at, task.not_before) if t is not None), default=None)
+    if due is not None:
+        record[ev.F_WAITED] = ms(max(0.0, now - due))
     return record
 
 

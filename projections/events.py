@@ -20,21 +20,26 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 import orjson
 
+from snerd.projections.counters import CounterKey, Hist, HistKey, parse_counts, parse_histograms
 from snerd.projections.fields import *  # noqa: F403  (the log's vocabulary, re-exported)
 from snerd.projections.fields import (
     CANCELLED,
     CLAIM_RELEASED,
     CLAIMED,
+    COUNTERS,
     DEAD_LETTERED,
+    DEDUPLICATED,
     ENQUEUED,
     F_ATTEMPT,
     F_COMPACTED,
+    F_COUNTS,
     F_DAEMON,
     F_DATA,
     F_DELETED_AT,
     F_DLQ_KEY,
     F_EVENT,
     F_GROUP,
+    F_HISTOGRAMS,
     F_LEASE_UNTIL,
     F_REASON,
     F_SEQ,
@@ -44,6 +49,8 @@ from snerd.projections.fields import (
     F_TASK_TYPE,
     F_TIMES,
     F_TS,
+    F_TYPE,
+    F_WAITED,
     LIGHT_EVENTS,
     PROGRESSED,
     PURGED,
@@ -220,6 +227,7 @@ class Claimed(NamedTuple):
     seq: int | None
     ts: float | None
     record: Record
+    waited: float | None = None  # seconds the attempt waited since it was due
 
 
 class Progressed(NamedTuple):
@@ -259,6 +267,24 @@ class RateWindow(NamedTuple):
     record: Record
 
 
+class Deduplicated(NamedTuple):
+    """An enqueue of ``task_id`` was dropped: a live task had the same fingerprint."""
+
+    task_id: str
+    task_type: str
+    seq: int | None
+    record: Record
+
+
+class Counters(NamedTuple):
+    """A compaction's restatement of the totals by task type (``counters.py``)."""
+
+    counts: Mapping[CounterKey, int]
+    histograms: Mapping[HistKey, Hist]
+    seq: int | None
+    record: Record
+
+
 class SnapshotHeader(NamedTuple):
     """The first line of a compacted log: ``records`` snapshot lines follow."""
 
@@ -278,7 +304,7 @@ class Unusable(NamedTuple):
 Event: TypeAlias = (
     Enqueued | RetryScheduled | Rescheduled | Requeued | StateLine | Succeeded | Cancelled
     | DeadLettered | Claimed | Progressed | ClaimReleased | Purged | RateWindow
-    | SnapshotHeader | Unusable
+    | Deduplicated | Counters | SnapshotHeader | Unusable
 )  # fmt: skip
 TaskStateEvent: TypeAlias = Enqueued | RetryScheduled | Rescheduled | Requeued | StateLine
 """Events that carry a task's whole latest state (upserts)."""
@@ -381,8 +407,10 @@ def _claimed(record: Record, seq: int | None) -> Event:
         return Unusable(f"{F_TASK} and {F_DAEMON} must be non-empty strings",
                         seq, record)  # fmt: skip
     group = get(F_GROUP)
+    waited = get(F_WAITED)
     return Claimed(task_id, daemon, attempt, ms_time(get(F_LEASE_UNTIL)),
-                   str(group) if group else None, seq, ms_time(get(F_TS)), record)  # fmt: skip
+                   str(group) if group else None, seq, ms_time(get(F_TS)), record,
+                   None if waited is None else ms_time(waited))  # fmt: skip
 
 
 def _progressed(record: Record, seq: int | None) -> Event:
@@ -423,6 +451,23 @@ def _rate_window(record: Record, seq: int | None) -> Event:
     return RateWindow(group, tuple(times), seq, record)
 
 
+def _deduplicated(record: Record, seq: int | None) -> Event:
+    task_id, kind = _light_id(record), record.get(F_TYPE)
+    if task_id is None or type(kind) is not str:
+        return Unusable(f"{F_TASK} (non-empty) and {F_TYPE} must be strings", seq, record)
+    return Deduplicated(task_id, kind, seq, record)
+
+
+def _counters(record: Record, seq: int | None) -> Event:
+    counts = parse_counts(record.get(F_COUNTS))
+    if isinstance(counts, str):
+        return Unusable(counts, seq, record)
+    histograms = parse_histograms(record.get(F_HISTOGRAMS))
+    if isinstance(histograms, str):
+        return Unusable(histograms, seq, record)
+    return Counters(counts, histograms, seq, record)
+
+
 def _snapshot(record: Record, seq: int | None) -> Event:
     count = record.get("records")
     return SnapshotHeader(_count(count), seq, record)
@@ -442,6 +487,8 @@ _DECODERS: Final[dict[Any, Any]] = {
     CLAIM_RELEASED: _released,
     PURGED: _purged,
     RATE_WINDOW: _rate_window,
+    DEDUPLICATED: _deduplicated,
+    COUNTERS: _counters,
     SNAPSHOT: _snapshot,
 }
 
@@ -492,5 +539,7 @@ _NAMES: Final[dict[type, str]] = {
     ClaimReleased: CLAIM_RELEASED,
     Purged: PURGED,
     RateWindow: RATE_WINDOW,
+    Deduplicated: DEDUPLICATED,
+    Counters: COUNTERS,
     SnapshotHeader: SNAPSHOT,
 }

@@ -15,16 +15,19 @@ A reader looking for where ``claimed`` or ``dead_lettered`` changes state: it is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 from snerd.projections import events as ev
+from snerd.projections.counters import LATENCY, RUN_TIME, CounterKey, Hist, HistKey
 from snerd.projections.delta import Delta
 from snerd.projections.events import (
     Cancelled,
     Claimed,
     ClaimReleased,
+    Counters,
     DeadLettered,
+    Deduplicated,
     Enqueued,
     Event,
     Progressed,
@@ -48,14 +51,20 @@ COMPLETED: Final = "completed"
 FAILED_ATTEMPTS: Final = "failed_attempts"  # it retries or dead-letters: an event, not a state
 DEAD_LETTERED: Final = "dead_lettered"
 CANCELLED: Final = "cancelled"
-METRICS: Final = (ENQUEUED, STARTED, COMPLETED, FAILED_ATTEMPTS, DEAD_LETTERED, CANCELLED)
+DEDUPLICATED: Final = "deduplicated"  # an enqueue dropped by auto_dedupe
+METRICS: Final = (
+    ENQUEUED, STARTED, COMPLETED, FAILED_ATTEMPTS, DEAD_LETTERED, CANCELLED, DEDUPLICATED
+)  # fmt: skip
 
 
 class Entry(Protocol):
-    """What the rules read of a live task: its attempt count and its claim."""
+    """What the rules read of a live task: its attempt count, claim and type."""
 
     @property
     def attempt(self) -> int: ...
+
+    @property
+    def task_type(self) -> str: ...
 
     @property
     def claim(self) -> Claim | None: ...
@@ -89,6 +98,33 @@ class Tables(Protocol):
     def window_add(self, group: str, times: tuple[float, ...]) -> None: ...
 
     def count(self, metric: str, event: Event) -> None: ...
+
+    def add_totals(self, counts: Mapping[CounterKey, int],
+                   histograms: Mapping[HistKey, Hist]) -> None: ...  # fmt: skip
+
+
+# --- what a count adds up to, by task type (``counters.py``) ----------------------------
+
+
+def tally(
+    metric: str, event: Event, entry: Entry | None
+) -> tuple[CounterKey, tuple[HistKey, float] | None]:
+    """The (metric, task type) a counted event bumps, and the duration it observes if
+    any: a claim's ``waited`` (latency), an outcome's time since its claim (run time).
+    ``entry`` is the live task as it was before the event's rule changed it."""
+    kind = event.record.get(ev.F_TASK_TYPE)
+    if type(kind) is not str:
+        if type(event) is Deduplicated:
+            kind = event.task_type
+        else:
+            kind = entry.task_type if entry is not None else ""
+    if metric == STARTED and type(event) is Claimed and event.waited is not None:
+        return (metric, kind), ((LATENCY, kind), event.waited)
+    if metric in (COMPLETED, FAILED_ATTEMPTS) and entry is not None and entry.claim is not None:
+        at = ev.record_time(event.record)
+        if at is not None:
+            return (metric, kind), ((RUN_TIME, kind), at - entry.claim.at)
+    return (metric, kind), None
 
 
 # --- the rules --------------------------------------------------------------------------
@@ -154,9 +190,10 @@ def _cancelled(t: Tables, e: Cancelled) -> None:
 def _dead_lettered(t: Tables, e: DeadLettered) -> None:
     """Into the DLQ under its key; the task leaves the live table (a cron task comes
     back with the ``rescheduled`` that follows)."""
-    if e.reason != ev.REASON_FAILED_PARENT:
-        t.count(FAILED_ATTEMPTS, e)
-    t.count(DEAD_LETTERED, e)
+    if e.record.get(ev.F_COMPACTED) is not True:  # a snapshot's restatement counts nothing
+        if e.reason != ev.REASON_FAILED_PARENT:
+            t.count(FAILED_ATTEMPTS, e)
+        t.count(DEAD_LETTERED, e)
     old = t.entry(e.task_id)
     attempt = max(e.attempt, old.attempt) if old is not None else e.attempt
     t.dead_letter(e, e.key, e.reason, e.ts, attempt)
@@ -170,7 +207,8 @@ def _claimed(t: Tables, e: Claimed) -> None:
     old = t.entry(e.task_id)
     if old is None or old.claim is not None:
         return
-    t.count(STARTED, e)
+    if e.record.get(ev.F_COMPACTED) is not True:  # a snapshot's restatement counts nothing
+        t.count(STARTED, e)
     attempt = old.attempt + 1 if e.attempt is None else e.attempt
     t.claim(e.task_id, Claim(e.daemon, attempt, e.ts or 0.0, e.lease_until))
 
@@ -204,6 +242,16 @@ def _rate_window(t: Tables, e: RateWindow) -> None:
     t.window_add(e.group, e.times)
 
 
+def _deduplicated(t: Tables, e: Deduplicated) -> None:
+    """An enqueue dropped by dedupe: counted, nothing else changes."""
+    t.count(DEDUPLICATED, e)
+
+
+def _counters(t: Tables, e: Counters) -> None:
+    """A compaction's totals: the history before the snapshot, added back."""
+    t.add_totals(e.counts, e.histograms)
+
+
 def _nothing(t: Tables, e: Event) -> None:
     return None
 
@@ -226,6 +274,8 @@ RULES: Final[dict[type, Callable[[Any, Any], None]]] = {
     ClaimReleased: _released,
     Purged: _purged,
     RateWindow: _rate_window,
+    Deduplicated: _deduplicated,
+    Counters: _counters,
     SnapshotHeader: _nothing,
     Unusable: _unusable,
 }

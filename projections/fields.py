@@ -24,13 +24,17 @@ CLAIM_RELEASED: Final = "claim_released"
 PURGED: Final = "purged"
 RATE_WINDOW: Final = "rate_window"
 SNAPSHOT: Final = "snapshot"
+DEDUPLICATED: Final = "deduplicated"
+COUNTERS: Final = "counters"
 
 FULL_STATE_EVENTS: Final = frozenset(
     {ENQUEUED, SUCCEEDED, RETRY_SCHEDULED, DEAD_LETTERED, RESCHEDULED, CANCELLED, REQUEUED}
 )
 """Events that carry the task's whole latest state (SnerdMQ readers upsert them)."""
 
-LIGHT_EVENTS: Final = frozenset({CLAIMED, PROGRESSED, CLAIM_RELEASED, PURGED, RATE_WINDOW})
+LIGHT_EVENTS: Final = frozenset(
+    {CLAIMED, PROGRESSED, CLAIM_RELEASED, PURGED, RATE_WINDOW, DEDUPLICATED, COUNTERS}
+)
 """Events that carry only what they change."""
 
 ALL_EVENTS: Final = FULL_STATE_EVENTS | LIGHT_EVENTS | {SNAPSHOT}
@@ -61,6 +65,11 @@ F_COMPACTED: Final = "compacted"  # a snapshot line written by compaction
 F_RESULT: Final = "result"
 """On a ``succeeded`` (or a cron task's ``rescheduled``) line: the handler's return
 value, any JSON value; absent when it returned nothing (null)."""
+F_TYPE: Final = "type"  # the task type on a light line (``deduplicated``)
+F_DUPLICATE_OF: Final = "duplicateOf"  # the live task a deduplicated enqueue matched
+F_WAITED: Final = "waited"  # ms a claimed attempt waited since it was due
+F_COUNTS: Final = "counts"  # ``counters``: {type: {metric: n}}
+F_HISTOGRAMS: Final = "histograms"  # ``counters``: {name: {type: {buckets, sum}}}
 F_TASK: Final = "task"
 """The task a light line (claimed, progress, claim_released, purged) is about. Not
 ``taskId``: SnerdMQ's readers (its SDKs' dashboards) take the last line with a

@@ -27,7 +27,9 @@ from snerd.projections.delta import DeltaBuilder
 from snerd.projections.events import (
     Claimed,
     ClaimReleased,
+    Counters,
     DeadLettered,
+    Deduplicated,
     Event,
     Progressed,
     Purged,
@@ -176,7 +178,7 @@ def tally(
     return error, attempt
 
 
-_LIGHT: Final = (Claimed, Progressed, ClaimReleased, Purged, RateWindow)
+_LIGHT: Final = (Claimed, Progressed, ClaimReleased, Purged, RateWindow, Deduplicated, Counters)
 
 
 def _opens_history(event: Event) -> bool:

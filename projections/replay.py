@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from snerd.projections import events as ev
+from snerd.projections.counters import CounterKey, Hist, HistKey, merged, observed
 from snerd.projections.events import DeadLettered, Event, StateLine, TaskStateEvent, decode
-from snerd.projections.evolve import step_all
+from snerd.projections.evolve import step_all, tally
 from snerd.projections.rates import extend_window
 from snerd.projections.state import DeadLetter, QueueState, from_tables
 from snerd.projections.task import ACTIVE, Claim, Task
@@ -37,6 +39,11 @@ class _Live:
         self.attempt = attempt
         self.claim: Claim | None = None
         self.progress: Any = None
+
+    @property
+    def task_type(self) -> str:
+        kind = self.event.record.get(ev.F_TASK_TYPE)
+        return kind if type(kind) is str else ""
 
     def materialize(self) -> Task:
         claim = self.claim
@@ -68,10 +75,6 @@ class _Dead:
 Counter = Callable[[str, Event], None]
 
 
-_ignore: Counter = {}.get  # type: ignore[assignment]
-"""A no-op counter that costs no Python frame (a replay calls it for most events)."""
-
-
 class BulkFolder:
     """Feed records (or events) in chunks, then :meth:`finish` into a :class:`QueueState`.
 
@@ -85,7 +88,9 @@ class BulkFolder:
         self.n = 0
         self.last_seq = 0
         self.invalid = 0
-        self.count: Counter = on_count or _ignore
+        self.counters: dict[CounterKey, int] = {}
+        self.histograms: dict[HistKey, Hist] = {}
+        self.on_count = on_count
 
     def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
         step_all(self, map(decode, records))
@@ -98,13 +103,30 @@ class BulkFolder:
         dlq = {key: entry.build(key) for key, entry in self.dlq.items()}
         windows = {g: self._trimmed(t) for g, t in self.windows.items()}
         return from_tables(
-            tasks, dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid
+            tasks, dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid,
+            counters=self.counters, histograms=self.histograms,
         )
 
     # --- Tables (what evolve's rules call) ------------------------------------------
 
     def entry(self, task_id: str) -> _Live | None:
         return self.live.get(task_id)
+
+    def count(self, metric: str, event: Event) -> None:
+        task_id = getattr(event, "task_id", None)
+        key, seen = tally(metric, event, self.live.get(task_id) if task_id else None)
+        self.counters[key] = self.counters.get(key, 0) + 1
+        if seen is not None:
+            self.histograms[seen[0]] = observed(self.histograms.get(seen[0]), seen[1])
+        if self.on_count is not None:
+            self.on_count(metric, event)
+
+    def add_totals(self, counts: Mapping[CounterKey, int],
+                   histograms: Mapping[HistKey, Hist]) -> None:  # fmt: skip
+        for key, n in counts.items():
+            self.counters[key] = self.counters.get(key, 0) + n
+        for hkey, hist in histograms.items():
+            self.histograms[hkey] = merged(self.histograms.get(hkey), hist)
 
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
         self.live[event.task_id] = _Live(event, self.n, attempt)

@@ -2,7 +2,9 @@
 
 Guarantee (checked by property tests): folding ``snapshot_records(fold(log), now)``
 gives the same live tasks (with their relative FIFO order), DLQ, blocking facts,
-claims and rate windows as of ``now`` as folding the whole log.
+claims, rate windows and totals by task type (``counters``) as of ``now`` as folding
+the whole log. Every line of a snapshot but ``counters`` is marked ``compacted`` (or is
+light and counts nothing), so its restatements are never counted again.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from snerd.projections import events as ev
+from snerd.projections.counters import counters_record
 from snerd.projections.rates import RATE_WINDOW_SECONDS
 from snerd.projections.state import DeadLetter, QueueState
 from snerd.projections.task import ACTIVE, Task, task_to_record
@@ -23,6 +26,7 @@ def dead_letter_record(entry: DeadLetter) -> dict[str, Any]:
     record = task_to_record(entry.task, deleted_at=entry.at or entry.task.created_at or 0.0)
     record[ev.F_EVENT] = ev.DEAD_LETTERED
     record[ev.F_REASON] = entry.reason
+    record[ev.F_COMPACTED] = True
     if entry.key != entry.task.id:
         record[ev.F_DLQ_KEY] = entry.key
     if entry.at is not None:
@@ -48,6 +52,7 @@ def task_records(task: Task) -> list[dict[str, Any]]:
             ev.F_TS: _ms(claim.at),
             ev.F_DAEMON: claim.daemon,
             ev.F_ATTEMPT: claim.attempt,
+            ev.F_COMPACTED: True,
         }
         if claim.lease_until is not None:
             light[ev.F_LEASE_UNTIL] = _ms(claim.lease_until)
@@ -67,6 +72,9 @@ def task_records(task: Task) -> list[dict[str, Any]]:
 def snapshot_records(state: QueueState, now: float) -> list[dict[str, Any]]:
     """Every record needed to rebuild ``state`` as of ``now``, in replay order."""
     out: list[dict[str, Any]] = []
+    totals = counters_record(state.counters, state.histograms)
+    if totals is not None:
+        out.append(totals)
     for group, times in sorted(state.windows.items()):
         recent = [_ms(t) for t in times if t > now - RATE_WINDOW_SECONDS]
         if recent:

@@ -16,6 +16,8 @@ Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
 - ``fingerprints``: dedupe fingerprint -> ids of the live tasks that carry it.
 - ``windows``: rate group -> claim times within 60 s of the group's latest claim.
 - ``by_daemon``: daemon id -> ids of the tasks it has claimed.
+- ``counters``, ``histograms``: totals by task type since the log began
+  (:mod:`snerd.projections.counters`), restated by compaction.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pyrsistent.typing import PSet as PSetT
 
 from snerd.projections import heap
 from snerd.projections.cells import MapCell
+from snerd.projections.counters import CounterKey, Hist, HistKey
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
 from snerd.projections.rules import phase_for
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
@@ -59,6 +62,8 @@ class QueueState:
     fingerprints: PMapT[str, PSetT[str]] = field(default_factory=pmap)
     windows: PMapT[str, tuple[float, ...]] = field(default_factory=pmap)
     by_daemon: PMapT[str, PSetT[str]] = field(default_factory=pmap)
+    counters: PMapT[CounterKey, int] = field(default_factory=pmap)
+    histograms: PMapT[HistKey, Hist] = field(default_factory=pmap)
     n: int = 0  # records folded: the source of FIFO order
     last_seq: int = 0
     invalid: int = 0  # records the fold could not use (reported, never fatal)
@@ -147,6 +152,8 @@ def from_tables(
     n: int,
     last_seq: int,
     invalid: int = 0,
+    counters: Mapping[CounterKey, int] | None = None,
+    histograms: Mapping[HistKey, Hist] | None = None,
 ) -> QueueState:
     """Build every index from the final task table and DLQ (the bulk-replay path).
 
@@ -189,6 +196,8 @@ def from_tables(
         fingerprints=pmap({k: pset(v) for k, v in fingerprints.items()}),
         windows=pmap({g: tuple(sorted(t)) for g, t in windows.items() if t}),
         by_daemon=pmap({k: pset(v) for k, v in by_daemon.items()}),
+        counters=pmap(counters or {}),
+        histograms=pmap(histograms or {}),
         n=n,
         last_seq=last_seq,
         invalid=invalid,

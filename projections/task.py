@@ -76,6 +76,10 @@ class Task:
     progress: Any = None
 
     @property
+    def task_type(self) -> str:
+        return self.type
+
+    @property
     def not_before(self) -> float | None:
         """The earliest time the task may run, or None for 'now'."""
         times = [t for t in (self.execute_at, self.retry_after_time) if t is not None]

@@ -29,6 +29,7 @@ from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.liveness import Liveness
 from snerd.projections import events as ev
 from snerd.projections.task import Task
+from snerd.rpc import logs
 from snerd.rpc import protocol as p
 from snerd.rpc.handlers import answer, answer_enqueue, answer_progress, answer_result
 from snerd.rpc.output import Output, open_input
@@ -285,15 +286,7 @@ def main(argv: list[str] | None = None, *, extend: Extension | None = None) -> i
               file=sys.stderr)  # fmt: skip
         return 2
     storage = args[0] if args else DEFAULT_STORAGE
-    level = os.environ.get("SNERD_LOG_LEVEL", "warning").strip().upper()
-    known = level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level if known else "WARNING"),
-                        format="snerdmq %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    if not known:
-        logging.getLogger("snerd.daemon").warning(
-            "SNERD_LOG_LEVEL=%r is not one of debug, info, warning, error, critical; using "
-            "warning", os.environ.get("SNERD_LOG_LEVEL")
-        )  # fmt: skip
+    logs.configure(os.environ)
     try:
         return asyncio.run(serve(storage, extend=extend))
     except KeyboardInterrupt:

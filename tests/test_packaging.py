@@ -53,5 +53,6 @@ def test_the_sdist_carries_specs_license_and_readme(tmp_path: Path) -> None:
     with tarfile.open(tmp_path / name) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
     for needed in ("LICENSE", "README.md", "specs/protocol.md", "specs/log-format.md",
-                   "specs/log-storage.md", "snerd/dashboard/static/app.js", "snerd/py.typed"):
+                   "specs/log-storage.md", "snerd/dashboard/static/app.js", "snerd/py.typed",
+                   "examples/Dockerfile", "examples/snerd-dashboard.service"):
         assert needed in names, needed

@@ -168,6 +168,17 @@ def metric_totals(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return totals
 
 
+def state_totals(state: QueueState) -> dict[str, int]:
+    """Every metric's count since the log began, from the projection's totals by task
+    type (``QueueState.counters``, restated by compaction): what ``/metrics`` reports,
+    summed over types."""
+    totals = dict.fromkeys(METRICS, 0)
+    for (metric, _), n in state.counters.items():
+        if metric in totals:
+            totals[metric] += n
+    return totals
+
+
 def sdk_totals(totals: Mapping[str, int]) -> dict[str, int]:
     """The SnerdMQ SDK dashboards' ``enqueued``/``processed``/``failed`` from our
     metric totals (their ``failed``: tasks that ended as failures, our dead letters)."""

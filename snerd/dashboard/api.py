@@ -146,10 +146,10 @@ class Api:
     # --- reading ----------------------------------------------------------------------
 
     async def stats(self, request: web.Request) -> web.Response:
-        totals = self.monitor.totals()
+        state, now = self.engine.state, self._now()
+        totals = figures.state_totals(state)  # the same totals as /metrics
         out: dict[str, Any] = figures.sdk_totals(totals)
         out.update(info.stats(self.engine))
-        state, now = self.engine.state, self._now()
         out["counts"] = st.counts(state, now)
         out["totals"] = totals
         out["historyComplete"] = self.monitor.history_ready

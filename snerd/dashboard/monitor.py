@@ -179,9 +179,6 @@ class Monitor:
             rows.append(row)
         return rows
 
-    def totals(self) -> dict[str, int]:
-        return {metric: self.figures.totals.get(metric, 0) for metric in METRICS}
-
     def finished(self, task_id: str) -> dict[str, Any] | None:
         return self.figures.finished.get(task_id)
 

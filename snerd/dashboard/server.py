@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from snerd.dashboard import security
+from snerd.dashboard import metrics, security
 from snerd.dashboard.api import Api, errors, storage_of
 from snerd.dashboard.live import Hub
 from snerd.dashboard.monitor import Figures, Monitor, scan
@@ -35,6 +35,15 @@ log = logging.getLogger("snerd.dashboard")
 ENGINE_KEY = web.AppKey("engine", Engine)
 MONITOR_KEY = web.AppKey("monitor", Monitor)
 HUB_KEY = web.AppKey("hub", Hub)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    return await metrics.metrics(request, request.app[ENGINE_KEY])
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    ready, details = metrics.health(request.app[ENGINE_KEY])
+    return web.json_response(details, status=200 if ready else 503)
 
 
 async def _index(request: web.Request) -> web.FileResponse:
@@ -111,6 +120,8 @@ def create_app(
     app.add_routes(Api(engine, monitor).routes())
     app.router.add_get("/", _index)
     app.router.add_get("/ws", hub.handle)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
     app.router.add_static("/static", STATIC, follow_symlinks=False)
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_shutdown)

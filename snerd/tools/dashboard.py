@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from pathlib import Path
 
 import click
 
+from snerd.rpc import logs
 from snerd.tools import kit
 
 
@@ -76,4 +78,5 @@ def dashboard(storage: Path, host: str, port: int, token: str | None) -> None:
     printed URL, which carries it once).
     """
     storage = kit.existing_storage(storage)
+    logs.configure(os.environ)  # SNERD_LOG_LEVEL, SNERD_LOG_FORMAT, as the daemon
     kit.run(_serve(storage, host, port, token or None))

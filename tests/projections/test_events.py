@@ -52,7 +52,7 @@ def test_every_event_type_has_exactly_one_rule() -> None:
     assert decoded == {ev.Unusable}
     kinds = set(RULES)
     assert ev.Unusable in kinds and ev.Claimed in kinds and ev.DeadLettered in kinds
-    assert len(kinds) == 15
+    assert len(kinds) == 17
 
 
 def test_evolve_counts_outcomes_once() -> None:

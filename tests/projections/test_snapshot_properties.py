@@ -80,6 +80,9 @@ def test_snapshot_replays_to_the_same_observable_state(
     assert recent_windows(rebuilt, now) == recent_windows(original, now)
     check_invariants(rebuilt, now)
     assert observable_view(rebuilt, now) == observable_view(original, now)
+    # 7. the same totals by task type (``counters``): compaction never moves them
+    assert dict(rebuilt.counters) == dict(original.counters)
+    assert dict(rebuilt.histograms) == dict(original.histograms)
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -102,9 +105,11 @@ def test_snapshot_plus_tail_equals_whole_log(
     assert sorted_ids(rebuilt.tasks) == sorted_ids(whole.tasks)
     assert set(rebuilt.dlq) == set(whole.dlq)
     assert set(rebuilt.doomed) == set(whole.doomed)
+    assert dict(rebuilt.counters) == dict(whole.counters)
+    assert dict(rebuilt.histograms) == dict(whole.histograms)
 
 
-def test_snapshot_is_headed_by_windows_then_dlq_then_live_tasks() -> None:
+def test_snapshot_is_headed_by_counters_then_windows_then_dlq_then_live_tasks() -> None:
     records = [
         {"event": "enqueued", "taskId": "p", "taskType": "t"},
         {"event": "enqueued", "taskId": "c", "taskType": "t", "triggerAfterIds": ["p"]},
@@ -115,6 +120,7 @@ def test_snapshot_is_headed_by_windows_then_dlq_then_live_tasks() -> None:
     ]
     out = snapshot_records(folded(records, 20.0), 20.0)
     assert [(r["event"], r.get("taskId", r.get("task"))) for r in out] == [
+        ("counters", None),
         ("rate_window", None),
         ("dead_lettered", "x"),
         ("enqueued", "p"),
@@ -123,7 +129,9 @@ def test_snapshot_is_headed_by_windows_then_dlq_then_live_tasks() -> None:
         ("enqueued", "c"),
     ]
     assert all(r.get(ev.F_COMPACTED) for r in out if r["event"] == "enqueued")
-    assert out[0] == {"event": "rate_window", "group": "g", "times": [10_000]}
+    assert out[0]["counts"] == {"t": {"enqueued": 3, "started": 1, "failed_attempts": 1,
+                                      "dead_lettered": 1}}  # fmt: skip
+    assert out[1] == {"event": "rate_window", "group": "g", "times": [10_000]}
 
 
 def test_snapshot_drops_rate_window_times_older_than_a_minute() -> None:

@@ -63,5 +63,5 @@ def test_metrics_count_events_and_a_cron_schedule_moving_on_is_no_completion() -
     ]
     assert stats.metric_totals(records) == {
         "enqueued": 1, "started": 0, "completed": 1, "failed_attempts": 2,
-        "dead_lettered": 2, "cancelled": 0,
+        "dead_lettered": 2, "cancelled": 0, "deduplicated": 0,
     }  # fmt: skip

@@ -1,0 +1,153 @@
+"""Totals by task type: what ``/metrics`` reports, kept in the projection.
+
+Every counter evolve bumps (``evolve.METRICS``) is also added up per task type in the
+state (``QueueState.counters``), and two durations per type are kept as histograms
+(``QueueState.histograms``):
+
+* ``latency``: how long an attempt waited between becoming due (its enqueue, or its
+  ``executeAt`` / retry time when later) and its claim (the claim's ``waited`` field);
+* ``run_time``: from the claim to the attempt's outcome (success, or a failure that
+  retries or dead-letters), by the two records' ``ts``.
+
+A compaction writes both back as one ``counters`` record at the head of the snapshot
+(:func:`counters_record`), and the snapshot's own restatements (``compacted`` lines)
+count nothing, so the totals of a compacted log equal those of the whole history:
+compaction, restarts and pruned archives never move them backwards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, TypeAlias
+
+from snerd.projections.fields import COUNTERS, F_COUNTS, F_EVENT, F_HISTOGRAMS
+
+BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+    21600.0, 86400.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the histogram buckets; a last one, +Inf, is implied."""
+LATENCY: Final = "latency"
+RUN_TIME: Final = "run_time"
+HISTOGRAMS: Final = (LATENCY, RUN_TIME)
+
+Hist: TypeAlias = tuple[tuple[int, ...], float]
+"""(observations per bucket, the last one +Inf: not cumulative; sum of seconds)."""
+CounterKey: TypeAlias = tuple[str, str]
+"""(metric, task type)."""
+HistKey: TypeAlias = tuple[str, str]
+"""(histogram name, task type)."""
+
+_EMPTY_COUNTS: Final = (0,) * (len(BUCKETS) + 1)
+
+
+def bucket_of(seconds: float) -> int:
+    """The index of the bucket an observation falls in (the last: +Inf)."""
+    for i, bound in enumerate(BUCKETS):
+        if seconds <= bound:
+            return i
+    return len(BUCKETS)
+
+
+def observed(hist: Hist | None, seconds: float) -> Hist:
+    """``hist`` with one more observation (negative durations, clock skew, count as 0)."""
+    seconds = max(0.0, seconds)
+    counts, total = hist if hist is not None else (_EMPTY_COUNTS, 0.0)
+    i = bucket_of(seconds)
+    return (*counts[:i], counts[i] + 1, *counts[i + 1 :]), total + seconds
+
+
+def merged(a: Hist | None, b: Hist) -> Hist:
+    if a is None:
+        return b
+    return tuple(x + y for x, y in zip(a[0], b[0], strict=True)), a[1] + b[1]
+
+
+def cumulative(hist: Hist) -> list[tuple[str, int]]:
+    """Prometheus buckets: (``le`` label, observations at or below it), +Inf last."""
+    out: list[tuple[str, int]] = []
+    running = 0
+    for bound, n in zip((*BUCKETS, math.inf), hist[0], strict=True):
+        running += n
+        out.append(("+Inf" if bound == math.inf else repr(bound), running))
+    return out
+
+
+# --- the snapshot's ``counters`` record -------------------------------------------------
+
+
+def counters_record(
+    counts: Mapping[CounterKey, int], hists: Mapping[HistKey, Hist]
+) -> dict[str, Any] | None:
+    """The ``counters`` record restating ``counts`` and ``hists``; None when both are empty."""
+    if not counts and not hists:
+        return None
+    by_type: dict[str, dict[str, int]] = {}
+    for (metric, kind), n in sorted(counts.items()):
+        by_type.setdefault(kind, {})[metric] = n
+    out_h: dict[str, dict[str, Any]] = {}
+    for (name, kind), (buckets, total) in sorted(hists.items()):
+        out_h.setdefault(name, {})[kind] = {"buckets": list(buckets), "sum": total}
+    return {F_EVENT: COUNTERS, F_COUNTS: by_type, F_HISTOGRAMS: out_h}
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def parse_counts(raw: Any) -> dict[CounterKey, int] | str:
+    """``counts`` of a ``counters`` record, or why it is unusable."""
+    if not isinstance(raw, dict):
+        return "counts must be an object"
+    out: dict[CounterKey, int] = {}
+    for kind, metrics in raw.items():
+        if not isinstance(metrics, dict):
+            return f"counts[{kind!r}] must be an object"
+        for metric, n in metrics.items():
+            if not _count(n):
+                return f"counts[{kind!r}][{metric!r}] must be an integer >= 0"
+            out[(metric, kind)] = n
+    return out
+
+
+def parse_histograms(raw: Any) -> dict[HistKey, Hist] | str:
+    """``histograms`` of a ``counters`` record, or why it is unusable."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        return "histograms must be an object"
+    out: dict[HistKey, Hist] = {}
+    for name, per_type in raw.items():
+        if not isinstance(per_type, dict):
+            return f"histograms[{name!r}] must be an object"
+        for kind, value in per_type.items():
+            hist = _parse_hist(value)
+            if hist is None:
+                return (f"histograms[{name!r}][{kind!r}] must be {{buckets: "
+                        f"{len(BUCKETS) + 1} integers >= 0, sum: a number >= 0}}")  # fmt: skip
+            out[(name, kind)] = hist
+    return out
+
+
+def _parse_hist(value: Any) -> Hist | None:
+    if not isinstance(value, dict):
+        return None
+    buckets, total = value.get("buckets"), value.get("sum")
+    if not isinstance(buckets, list) or len(buckets) != len(BUCKETS) + 1:
+        return None
+    if not all(_count(n) for n in buckets):
+        return None
+    if not isinstance(total, int | float) or isinstance(total, bool):
+        return None
+    if not 0 <= total < math.inf:
+        return None
+    return tuple(buckets), float(total)
+
+
+def by_type(counts: Iterable[tuple[CounterKey, int]]) -> dict[str, dict[str, int]]:
+    """``{type: {metric: n}}`` of (metric, type) counts."""
+    out: dict[str, dict[str, int]] = {}
+    for (metric, kind), n in counts:
+        out.setdefault(kind, {})[metric] = n
+    return out
