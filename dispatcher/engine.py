@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import socket
 import uuid
 from collections.abc import Callable, Sequence
@@ -101,8 +102,12 @@ class Engine:
         config: EngineConfig | None = None,
         liveness: Liveness | None = None,
         notifier: Notifier | None = None,
+        jitter: Callable[[], float] | None = None,
     ) -> None:
         self.log = log_
+        self.jitter = jitter or random.random
+        """Draws the random part of an exponential retry backoff, in [0, 1] (tests pass
+        their own; the draw is written into the retry's event, never drawn on replay)."""
         self.executors = list(executors)
         self.clock = clock or SystemClock()
         self.config = config or EngineConfig()
@@ -358,20 +363,24 @@ class Engine:
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES,
+        attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES, retry: bool = True,
     ) -> cmds.Refusal | None:  # fmt: skip
-        """Record the outcome of an attempt this daemon runs."""
+        """Record the outcome of an attempt this daemon runs (``retry=False``: a failure
+        that dead-letters at once)."""
         run = self.runs.get(task_id)
         if run is None or (attempt is not None and attempt != run.attempt):
             if task_id not in self.state.tasks and task_id not in self.state.dlq:
                 return cmds.Refusal("unknown_task", f"no live task {task_id!r}")
             return cmds.Refusal("not_active", f"task {task_id!r} has no attempt running here")
         self._forget(run)
-        command = Finish(task_id, run.attempt, success, error=error, reason=reason)
+        command = Finish(task_id, run.attempt, success, error=error, reason=reason,
+                         retry=retry, jitter=0.0 if success else self.jitter())  # fmt: skip
         # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
         # letter: its notice goes out, so it is durable first.
         task = self.state.tasks.get(task_id)
-        durable = not success and (task is None or task.retry_count >= task.max_retries)
+        durable = not success and (
+            not retry or task is None or task.retry_count >= task.max_retries
+        )
         try:
             outcome: cmds.Refusal | None = await self.run_command(command, durable=durable)
         except LogError as exc:  # storage trouble: the outcome is known; write it later

@@ -33,7 +33,7 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from snerd.errors import DispatchError, ProtocolError, SnerdError
+from snerd.errors import DispatchError, Fail, ProtocolError, SnerdError
 from snerd.rpc.protocol import MAX_LINE_BYTES
 
 log = logging.getLogger("snerd.client")
@@ -245,6 +245,8 @@ class Client:
         *,
         max_retries: int | None = None,
         retry_after_hours: float | None = None,
+        retry_backoff: str | None = None,
+        retry_max_delay: float | None = None,
         auto_dedupe: bool | None = None,
         urgency_score: float | None = None,
         rate_limit_group: str | None = None,
@@ -264,6 +266,7 @@ class Client:
             execute_at = execute_at.isoformat()
         options = {
             "max_retries": max_retries, "retry_after_hours": retry_after_hours,
+            "retry_backoff": retry_backoff, "retry_max_delay": retry_max_delay,
             "auto_dedupe": auto_dedupe, "urgency_score": urgency_score,
             "rate_limit_group": rate_limit_group, "max_per_minute": max_per_minute,
             "execute_at": execute_at, "cron": cron, "webhook_url": webhook_url,
@@ -299,15 +302,18 @@ class Client:
 
     async def result(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None,
+        attempt: int | None = None, retry: bool = True,
     ) -> None:  # fmt: skip
-        """Report an attempt's outcome by hand (handlers do this automatically)."""
+        """Report an attempt's outcome by hand (handlers do this automatically);
+        ``retry=False``: a failure that dead-letters at once."""
         message: Message = {"action": "result", "task_id": task_id,
                             "status": "success" if success else "error"}  # fmt: skip
         if not success and error is not None:
             message["error_msg"] = error
         if attempt is not None:
             message["attempt"] = attempt
+        if not success and not retry:
+            message["retry"] = False
         await self.send(message)
 
     async def request(self, message: Mapping[str, Any]) -> Message:
@@ -441,7 +447,8 @@ class Client:
             raise
         except Exception as exc:
             error = str(exc) or type(exc).__name__
-            outcome = self.result(task_id, success=False, error=error, attempt=attempt)
+            outcome = self.result(task_id, success=False, error=error, attempt=attempt,
+                                  retry=not isinstance(exc, Fail))  # fmt: skip
         else:
             outcome = self.result(task_id, success=True, attempt=attempt)
         with contextlib.suppress(DaemonExited):

@@ -58,7 +58,7 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
     if isinstance(command, p.Result):
         refusal = await engine.finish(
             command.task_id, success=command.success, error=command.error,
-            attempt=command.attempt,
+            attempt=command.attempt, retry=command.retry,
         )  # fmt: skip
         return None if refusal is None else _refused(refusal, command.task_id, rid)
     if isinstance(command, p.Progress):

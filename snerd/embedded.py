@@ -184,6 +184,8 @@ class Queue:
         *,
         max_retries: int | None = None,
         retry_after_hours: float | None = None,
+        retry_backoff: str | None = None,
+        retry_max_delay: float | None = None,
         urgency_score: float | None = None,
         execute_at: dt.datetime | str | float | None = None,
         cron: str | None = None,
@@ -204,6 +206,7 @@ class Queue:
         naming every unknown keyword (``urgency=`` for ``urgency_score=``)."""
         options: dict[str, Any] = {
             "max_retries": max_retries, "retry_after_hours": retry_after_hours,
+            "retry_backoff": retry_backoff, "retry_max_delay": retry_max_delay,
             "urgency_score": urgency_score, "execute_at": execute_at, "cron": cron,
             "trigger_after_ids": None if trigger_after_ids is None else list(trigger_after_ids),
             "rate_limit_group": rate_limit_group, "max_per_minute": max_per_minute,

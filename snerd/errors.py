@@ -39,3 +39,8 @@ class ProtocolError(SnerdError):
 
 class DispatchError(SnerdError):
     """The dispatcher refused a command (dispatcher/)."""
+
+
+class Fail(SnerdError):
+    """Raise from a handler to fail the task for good: it is dead-lettered at once
+    (reason ``failed_permanently``), whatever retries remain. The message is its error."""
