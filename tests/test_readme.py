@@ -49,6 +49,11 @@ def test_the_embedded_example_runs_as_written(tmp_path: Path) -> None:
         assert out.count("sending to") == 2 and "0 pending" in out
 
 
+def test_the_retry_example_runs_as_written(tmp_path: Path) -> None:
+    for out in _run_twice(_block_after("### Retries: exponential backoff"), tmp_path):
+        assert "done;" in out and "dead_lettered failed_permanently" in out
+
+
 def test_the_commands_are_in_the_order_a_new_user_needs() -> None:
     assert "node app.js" not in README  # no Node program of ours exists
     chromium = README.index("apt-get update && apt-get install -y chromium")
