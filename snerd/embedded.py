@@ -23,6 +23,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace as dc_replace
 from typing import Any, TypeVar, cast
 
 from snerd.dispatcher import info
@@ -121,6 +122,7 @@ class Queue:
         )
         self._handlers.on_free = self.engine.wake
         self._started = False
+        self._fsync = fsync
 
     # --- registration -----------------------------------------------------------------
 
@@ -151,6 +153,35 @@ class Queue:
         """Decorator: called with the dead_lettered record this queue wrote."""
         self._callbacks.dead.append(callback)
         return callback
+
+    @property
+    def task_types(self) -> list[str]:
+        """The task types this queue has handlers for, sorted."""
+        return sorted(self._handlers.handlers)
+
+    def configure(
+        self, *, storage: str | None = None, max_workers: int | None = None,
+        pools: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
+        """Before :meth:`start`: run on another storage directory, with ``max_workers``
+        attempts (and handler threads) at most, and these pools added (``snerdmq worker``'s
+        ``--storage``, ``--concurrency``, ``--pool``). Handlers and callbacks stay."""
+        if self._started:
+            raise DispatchError("configure() must be called before the queue starts")
+        engine = self.engine
+        if storage is not None:
+            if not isinstance(engine.log, FileLog):
+                raise DispatchError("this queue runs on the log it was given, not on a storage")
+            engine.log = FileLog(storage, fsync=self._fsync)
+            engine.liveness = Liveness(storage)
+            self.storage = storage
+        if max_workers is not None:
+            if max_workers < 1:
+                raise ValueError(f"max_workers must be at least 1, got {max_workers}")
+            engine.config = dc_replace(engine.config, max_workers=max_workers)
+            self._handlers.threads = max_workers
+        if pools:
+            engine.config = dc_replace(engine.config, pools={**engine.config.pools, **pools})
 
     # --- lifecycle --------------------------------------------------------------------
 
