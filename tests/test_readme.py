@@ -67,8 +67,9 @@ def test_the_worker_example_runs_as_written(tmp_path: Path) -> None:
     snerdmq = [sys.executable, "-m", "snerd.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    pipe = subprocess.PIPE
     worker = subprocess.Popen(snerdmq + shlex.split(start[:-1])[1:], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                              stdout=pipe, stderr=pipe, text=True)  # fmt: skip
     watchdog = threading.Timer(60, worker.kill)  # a hung worker ends the blocking reads
     watchdog.start()
     try:
