@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from daemonkit import Wire, events_of
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from daemonkit import WAIT, Wire, base_env, events_of
+
+import snerd
+from snerd.rpc.client import Client
 
 
 async def test_exponential_backoff_waits_the_delay_written_in_the_log(daemon: Wire) -> None:
@@ -36,3 +43,20 @@ async def test_retry_false_dead_letters_at_once(daemon: Wire) -> None:
     [record] = events_of(daemon.storage, "a", "dead_lettered")
     assert record["reason"] == "failed_permanently" and record["retryCount"] == 0
     assert not events_of(daemon.storage, "a", "retry_scheduled")
+
+
+async def test_the_client_sends_retry_false_for_snerd_fail(storage: Path) -> None:
+    dead: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    calls: list[str] = []
+    async with Client(storage, env=base_env(clock=False)) as client:
+        client.on_max_retries_reached(dead.put_nowait)
+
+        async def handle(task_id: str, data: Any) -> None:
+            calls.append(task_id)
+            raise snerd.Fail("not a valid card")
+
+        client.register("charge", handle)
+        await client.enqueue("c1", "charge", {}, max_retries=5, retry_backoff="exponential")
+        notice = await asyncio.wait_for(dead.get(), WAIT)
+    assert (notice["task_id"], notice["reason"]) == ("c1", "failed_permanently")
+    assert notice["last_error"] == "not a valid card" and calls == ["c1"]
