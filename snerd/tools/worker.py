@@ -122,7 +122,9 @@ def worker(target: str, concurrency: int | None, pools: tuple[str, ...],
            storage: Path | None, drain_timeout: float) -> None:  # fmt: skip
     """Run the handlers of the snerd.Queue in MODULE (e.g. app.tasks:queue) until
     SIGTERM or SIGINT, then drain and exit 0."""
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+    level = os.environ.get("SNERD_LOG_LEVEL", "warning").strip().upper()  # as the daemon
+    known = level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level if known else "WARNING"),
                         format="snerdmq %(levelname)s %(name)s: %(message)s")  # fmt: skip
     queue = load_queue(target)
     try:
