@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import socket
 import uuid
 from collections.abc import Callable, Sequence
@@ -106,8 +107,12 @@ class Engine:
         config: EngineConfig | None = None,
         liveness: Liveness | None = None,
         notifier: Notifier | None = None,
+        jitter: Callable[[], float] | None = None,
     ) -> None:
         self.log = log_
+        self.jitter = jitter or random.random
+        """Draws the random part of an exponential retry backoff, in [0, 1] (tests pass
+        their own; the draw is written into the retry's event, never drawn on replay)."""
         self.executors = list(executors)
         self.clock = clock or SystemClock()
         self.config = config or EngineConfig()
@@ -380,21 +385,23 @@ class Engine:
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
         attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES, result: Any = None,
+        retry: bool = True,
     ) -> cmds.Refusal | None:  # fmt: skip
         """Record the outcome of an attempt this daemon runs (:meth:`finish_soon`)."""
         return await self.finish_soon(task_id, success=success, error=error, attempt=attempt,
-                                      reason=reason, result=result)  # fmt: skip
+                                      reason=reason, result=result, retry=retry)  # fmt: skip
 
     def finish_soon(
         self, task_id: str, *, success: bool, error: str | None = None,
         attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES, result: Any = None,
+        retry: bool = True,
     ) -> asyncio.Future[cmds.Refusal | None]:  # fmt: skip
         """Submit the outcome of an attempt this daemon runs; the future resolves with
         None once written, or with the refusal. If the storage refuses the write, the
         outcome is kept and written later (the future still resolves with None). A
         success's ``result`` that cannot be one
         (:func:`~snerd.projections.commands.check_result`) fails the attempt with the
-        reason as its error."""
+        reason as its error. ``retry=False``: a failure that dead-letters at once."""
         loop = asyncio.get_running_loop()
         if success and result is not None:
             try:
@@ -411,11 +418,14 @@ class Engine:
                 refused.set_result(cmds.Refusal("not_active", message))
             return refused
         self._forget(run)
-        command = Finish(task_id, run.attempt, success, error=error, reason=reason, result=result)
+        command = Finish(task_id, run.attempt, success, error=error, reason=reason, result=result,
+                         retry=retry, jitter=0.0 if success else self.jitter())  # fmt: skip
         # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
         # letter: its notice goes out, so it is durable first.
         task = self.state.tasks.get(task_id)
-        durable = not success and (task is None or task.retry_count >= task.max_retries)
+        durable = not success and (
+            not retry or task is None or task.retry_count >= task.max_retries
+        )
         written: list[Record] = []
 
         def under_lock() -> tuple[list[Record], Any]:

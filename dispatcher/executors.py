@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from snerd.errors import Fail
 from snerd.projections.task import Task
 
 
@@ -39,7 +40,7 @@ class Outcomes(Protocol):
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None, result: Any = None,
+        attempt: int | None = None, result: Any = None, retry: bool = True,
     ) -> object: ...  # fmt: skip
 
     async def report_progress(self, task_id: str, data: Any) -> object: ...
@@ -176,7 +177,8 @@ class HandlerExecutor:
             raise
         except Exception as exc:  # a failing handler is an outcome, not a crash
             message = f"{type(exc).__name__}: {exc}"
-            await outcomes.finish(job.id, success=False, error=message, attempt=job.attempt)
+            await outcomes.finish(job.id, success=False, error=message, attempt=job.attempt,
+                                  retry=not isinstance(exc, Fail))  # fmt: skip
             return
         await outcomes.finish(job.id, success=True, attempt=job.attempt, result=result)
 

@@ -29,6 +29,10 @@ class Enqueue:
     task_data: str = "null"
     max_retries: int = DEFAULT_MAX_RETRIES
     retry_after_hours: float = 0.0
+    retry_backoff: str | None = None
+    """``"exponential"`` (``projections/backoff.py``); None: the fixed ``retry_after_hours``."""
+    retry_max_delay: float | None = None
+    """The exponential backoff's cap in seconds (set by ``options`` when one is asked for)."""
     auto_dedupe: bool = False
     urgency_score: float = 0.0
     rate_limit_group: str | None = None
@@ -53,6 +57,13 @@ class Finish:
     reason: str = REASON_MAX_RETRIES
     result: Any = None
     """A success's result: a JSON value (see :func:`check_result`); None records none."""
+    retry: bool = True
+    """False: the failure is final (``snerd.Fail``, a ``result`` with ``"retry": false``):
+    dead-letter now, whatever retries remain."""
+    jitter: float = 0.0
+    """A draw in [0, 1] made by the shell (the core draws nothing): the random part of an
+    exponential backoff. The chosen retry time is written into the event, so a replay
+    never draws again."""
 
 
 def check_result(value: Any) -> Any:

@@ -18,6 +18,7 @@ from pyrsistent import pmap
 from snerd.errors import EventError
 from snerd.projections import events as ev
 from snerd.projections import queries
+from snerd.projections.backoff import retry_delay
 from snerd.projections.commands import (
     Cancel,
     Claim,
@@ -127,6 +128,8 @@ def enqueue(
         webhook_url=cmd.webhook_url,
         max_execution_seconds=cmd.max_execution_seconds,
         pool=cmd.pool,
+        retry_backoff=cmd.retry_backoff,
+        retry_max_delay=cmd.retry_max_delay,
         rate_group=cmd.rate_limit_group,
         max_per_minute=cmd.max_per_minute,
         auto_dedupe=cmd.auto_dedupe,
@@ -219,21 +222,25 @@ def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str, **extra: A
 
 def fail(
     state: QueueState, task: Task, error: str, *, now: float, daemon: str,
-    reason: str = ev.REASON_MAX_RETRIES,
+    reason: str = ev.REASON_MAX_RETRIES, retry: bool = True, jitter: float = 0.0,
 ) -> tuple[list[Record], bool]:  # fmt: skip
-    """A retry after backoff while retries remain; else dead letter (and fail-through).
+    """A retry after backoff (``projections/backoff.py``, with the shell's ``jitter``)
+    while retries remain and ``retry``; else dead letter (and fail-through).
 
     Returns the records and whether the task was dead-lettered.
     """
-    if task.retry_count < task.max_retries:
-        delay = task.retry_after_hours * 3600.0
+    if not retry:
+        reason = ev.REASON_PERMANENT
+    elif task.retry_count < task.max_retries:
+        delay = retry_delay(task, jitter)
         retried = replace(
             task,
             retry_count=task.retry_count + 1,
             retry_after_time=now + delay if delay > 0 else None,
             last_error=error,
         )
-        return [full_state(ev.RETRY_SCHEDULED, retried, now, daemon)], False
+        fields = {ev.F_RETRY_DELAY: delay} if task.retry_backoff else {}
+        return [full_state(ev.RETRY_SCHEDULED, retried, now, daemon, **fields)], False
     return dead_letter(state, replace(task, last_error=error), now=now, daemon=daemon,
                        reason=reason), True  # fmt: skip
 
@@ -418,7 +425,8 @@ def _finish(state: QueueState, command: Finish, *, now: float, daemon: str) -> D
     if command.success:
         return _decided(succeed(task, now=now, daemon=daemon, result=command.result))
     records, _ = fail(state, task, command.error or "task failed", now=now, daemon=daemon,
-                      reason=command.reason)  # fmt: skip
+                      reason=command.reason, retry=command.retry,
+                      jitter=command.jitter)  # fmt: skip
     return _decided(records)
 
 

@@ -47,6 +47,8 @@ REASON_TIMEOUT: Final = "timeout"
 REASON_OWNER_DIED: Final = "owner_died"
 REASON_LEASE_EXPIRED: Final = "lease_expired"
 REASON_DRAIN: Final = "drain"
+REASON_PERMANENT: Final = "failed_permanently"
+"""The handler said the failure is final (``snerd.Fail``, ``"retry": false``): no retries."""
 
 # --- our fields -------------------------------------------------------------------
 
@@ -70,6 +72,9 @@ F_DUPLICATE_OF: Final = "duplicateOf"  # the live task a deduplicated enqueue ma
 F_WAITED: Final = "waited"  # ms a claimed attempt waited since it was due
 F_COUNTS: Final = "counts"  # ``counters``: {type: {metric: n}}
 F_HISTOGRAMS: Final = "histograms"  # ``counters``: {name: {type: {buckets, sum}}}
+F_RETRY_DELAY: Final = "retryDelay"
+"""Ours, on ``retry_scheduled``: the backoff chosen for this retry, in seconds (with the
+jitter the shell drew already applied; ``retryAfterTime`` = ``ts`` + it)."""
 F_TASK: Final = "task"
 """The task a light line (claimed, progress, claim_released, purged) is about. Not
 ``taskId``: SnerdMQ's readers (its SDKs' dashboards) take the last line with a
@@ -110,6 +115,11 @@ F_MAX_EXECUTION_EXACT: Final = "maxExecutionSecondsExact"
 OUR_TASK_FIELDS: Final = frozenset({F_CRON_TEXT, F_MAX_EXECUTION_EXACT})
 """Our fields that restate a SnerdMQ task field exactly (read back into it, so never
 kept as unknown fields)."""
+F_RETRY_BACKOFF: Final = "retryBackoff"
+"""Ours: ``"exponential"`` for exponential backoff with jitter; absent = SnerdMQ's fixed
+``retryAfterHours``."""
+F_RETRY_MAX_DELAY: Final = "retryMaxDelay"
+"""Ours: the cap of an exponential backoff, in seconds."""
 F_UNKNOWN_PARENTS: Final = "unknownParents"
 """Ours, on a task's lines from its ``enqueued`` on: the ``triggerAfterIds`` that were
 neither live nor dead-lettered when it was enqueued (it did not wait for them). Kept
@@ -139,6 +149,8 @@ TASK_FIELDS: Final = frozenset(
         F_LAST_ERROR,
         F_LAST_ERROR_TEXT,
         F_CREATED_AT,
+        F_RETRY_BACKOFF,  # ours, read into the task like pool
+        F_RETRY_MAX_DELAY,
     }
 )
 
@@ -155,6 +167,7 @@ OUR_FIELDS: Final = frozenset(
         F_DLQ_KEY,
         F_COMPACTED,
         F_RESULT,
+        F_RETRY_DELAY,
     }
 )
 """Fields we write on full-state lines besides the task's own."""

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from snerd.errors import EventError
+from snerd.projections import backoff
 from snerd.projections.commands import DEFAULT_MAX_RETRIES, Enqueue
 from snerd.projections.schedule import parse_cron, parse_instant
 
@@ -141,6 +142,7 @@ def enqueue_options(r: Fields) -> Enqueue:
         retry_after_hours=r.number(
             "retry_after_hours", default=0.0, minimum=0.0, maximum=MAX_RETRY_AFTER_HOURS
         ),
+        **_retry_policy(r),
         auto_dedupe=r.boolean("auto_dedupe", default=False),
         urgency_score=r.number("urgency_score", default=0.0, minimum=None, maximum=MAX_URGENCY),
         rate_limit_group=group,
@@ -152,6 +154,28 @@ def enqueue_options(r: Fields) -> Enqueue:
         pool=r.opt_text("pool"),
         trigger_after_ids=_parents(r, task_id),
     )
+
+
+def _retry_policy(r: Fields) -> dict[str, Any]:
+    """``retry_backoff`` and ``retry_max_delay`` (``projections/backoff.py``): an
+    exponential policy is stored with its cap, so the log states the whole policy."""
+    policy = r.opt_text("retry_backoff")
+    if policy is None or policy == backoff.FIXED:
+        if r.get("retry_max_delay") is not None:
+            r.fail("retry_max_delay", 'retry_max_delay needs retry_backoff "exponential"')
+        return {}
+    if policy != backoff.EXPONENTIAL:
+        why = f'retry_backoff must be "fixed" or "exponential", got {show(policy)}'
+        r.fail("retry_backoff", why)
+    hours = r.number("retry_after_hours", default=0.0, minimum=0.0,
+                     maximum=MAX_RETRY_AFTER_HOURS)  # fmt: skip
+    base = backoff.base_seconds(hours, policy)
+    cap = r.number("retry_max_delay", default=backoff.default_cap(base), minimum=0.0,
+                   maximum=float(MAX_SPAN_SECONDS), exclusive=True)  # fmt: skip
+    if cap < base:
+        r.fail("retry_max_delay", f"retry_max_delay must be at least the base delay ({_num(base)}"
+               f" s, from retry_after_hours), got {show(r.get('retry_max_delay'))}")  # fmt: skip
+    return {"retry_backoff": policy, "retry_max_delay": cap}
 
 
 def _task_data(r: Fields) -> str:

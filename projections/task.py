@@ -67,6 +67,8 @@ class Task:
     parents: tuple[str, ...] = ()
     last_error: str | None = None
     created_at: float | None = None
+    retry_backoff: str | None = None  # "exponential", or None: fixed retry_after_hours
+    retry_max_delay: float | None = None  # the exponential backoff's cap, seconds
     extra: Mapping[str, Any] = field(default=_EMPTY, compare=False)
     # bookkeeping, not written to full-state lines
     order: int = 0
@@ -244,6 +246,8 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
         parents=_parents(get(ev.F_TRIGGER_AFTER_IDS)),
         last_error=record_error(record),
         created_at=created,
+        retry_backoff=_text(get(ev.F_RETRY_BACKOFF)),
+        retry_max_delay=_positive(get(ev.F_RETRY_MAX_DELAY), ev.F_RETRY_MAX_DELAY),
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
         attempt=attempt,
@@ -298,6 +302,8 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
         record[ev.F_LAST_ERROR] = {"error": task.last_error, "retry_worthy": True}
         record[ev.F_LAST_ERROR_TEXT] = task.last_error
     _put(record, ev.F_CREATED_AT, _fmt(task.created_at))
+    _put(record, ev.F_RETRY_BACKOFF, task.retry_backoff)
+    _put(record, ev.F_RETRY_MAX_DELAY, task.retry_max_delay)
     return record
 
 

@@ -33,7 +33,7 @@ from typing import Any, Final, TypeAlias
 
 import orjson
 
-from snerd.errors import DispatchError, ProtocolError, SnerdError
+from snerd.errors import DispatchError, Fail, ProtocolError, SnerdError
 from snerd.projections.commands import check_result
 from snerd.rpc.protocol import MAX_LINE_BYTES
 
@@ -247,6 +247,8 @@ class Client:
         *,
         max_retries: int | None = None,
         retry_after_hours: float | None = None,
+        retry_backoff: str | None = None,
+        retry_max_delay: float | None = None,
         auto_dedupe: bool | None = None,
         urgency_score: float | None = None,
         rate_limit_group: str | None = None,
@@ -266,6 +268,7 @@ class Client:
             execute_at = execute_at.isoformat()
         options = {
             "max_retries": max_retries, "retry_after_hours": retry_after_hours,
+            "retry_backoff": retry_backoff, "retry_max_delay": retry_max_delay,
             "auto_dedupe": auto_dedupe, "urgency_score": urgency_score,
             "rate_limit_group": rate_limit_group, "max_per_minute": max_per_minute,
             "execute_at": execute_at, "cron": cron, "webhook_url": webhook_url,
@@ -302,11 +305,12 @@ class Client:
 
     async def result(
         self, task_id: str, *, success: bool, error: str | None = None,
-        attempt: int | None = None, result: Any = None,
+        attempt: int | None = None, result: Any = None, retry: bool = True,
     ) -> None:  # fmt: skip
         """Report an attempt's outcome by hand (handlers do this automatically). A
         success's ``result`` (a JSON value, at most ``MAX_RESULT_BYTES`` of it) is
-        recorded with it; one that cannot be reports a failure saying why."""
+        recorded with it; one that cannot be reports a failure saying why.
+        ``retry=False``: a failure that dead-letters at once."""
         if success and result is not None:
             try:
                 result = check_result(result)
@@ -320,6 +324,8 @@ class Client:
             message["error_msg"] = error
         if attempt is not None:
             message["attempt"] = attempt
+        if not success and not retry:
+            message["retry"] = False
         await self.send(message)
 
     async def request(self, message: Mapping[str, Any]) -> Message:
@@ -453,7 +459,8 @@ class Client:
             raise
         except Exception as exc:
             error = str(exc) or type(exc).__name__
-            outcome = self.result(task_id, success=False, error=error, attempt=attempt)
+            outcome = self.result(task_id, success=False, error=error, attempt=attempt,
+                                  retry=not isinstance(exc, Fail))  # fmt: skip
         else:
             outcome = self.result(task_id, success=True, attempt=attempt, result=value)
         with contextlib.suppress(DaemonExited):

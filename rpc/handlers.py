@@ -60,7 +60,7 @@ def answer_result(command: p.Result, engine: Engine, out: Output) -> None:
 
     engine.finish_soon(
         command.task_id, success=command.success, error=command.error, attempt=command.attempt,
-        result=command.result,
+        result=command.result, retry=command.retry,
     ).add_done_callback(reply)
 
 
@@ -111,7 +111,7 @@ async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
     if isinstance(command, p.Result):
         refusal = await engine.finish(
             command.task_id, success=command.success, error=command.error,
-            attempt=command.attempt, result=command.result,
+            attempt=command.attempt, result=command.result, retry=command.retry,
         )  # fmt: skip
         return None if refusal is None else _refused(refusal, command.task_id, rid)
     if isinstance(command, p.Stats):

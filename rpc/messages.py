@@ -92,6 +92,8 @@ class Result:
     _: KW_ONLY
     error: str | None = None
     attempt: int | None = None
+    retry: bool = True
+    """False (``"retry": false`` on the line): a failure that dead-letters at once."""
     request_id: RequestId | None = None
     result: Any = None
     """A success's return value (any JSON value; ours, the SDKs never send it)."""

@@ -243,8 +243,9 @@ def _parse_result(r: _Reader) -> Result:
     attempt = r.integer("attempt", default=0, minimum=1) if r.get("attempt") is not None else None
     error = None if success else message
     result = r.get("result") if success else None
-    return Result(task_id, success, error=error, attempt=attempt, request_id=r.request_id,
-                  result=result)  # fmt: skip
+    retry = r.boolean("retry", default=True)
+    return Result(task_id, success, error=error, attempt=attempt, retry=retry,
+                  request_id=r.request_id, result=result)  # fmt: skip
 
 
 def _outcome(r: _Reader) -> bool:

@@ -14,8 +14,10 @@ if TYPE_CHECKING:  # the real types for users' type checkers; loaded lazily at r
     from snerd.embedded import Queue as Queue
     from snerd.rpc.client import Client as Client
 
+from snerd.errors import Fail as Fail  # light: no other module loads with it
+
 __version__ = "0.1.0"
-__all__ = ["Client", "Queue", "__version__"]
+__all__ = ["Client", "Fail", "Queue", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

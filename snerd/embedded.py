@@ -23,11 +23,13 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace as dc_replace
 from typing import Any, TypeVar, cast
 
 from snerd.dispatcher import info
 from snerd.dispatcher.clock import Clock
 from snerd.dispatcher.engine import Engine, EngineConfig
+from snerd.dispatcher.engine import Liveness as LivenessLike
 from snerd.dispatcher.executors import Handler, HandlerExecutor, Job, current_job
 from snerd.dispatcher.notify import Notifier
 from snerd.dispatcher.results import Results, lookup
@@ -116,10 +118,11 @@ class Queue:
                                     pools=pools or {})  # fmt: skip
         self._ids = TaskIds()
         self._started = False
+        self._fsync = fsync
         self._assemble(log or FileLog(storage, fsync=fsync), clock,
                        None if log is not None else Liveness(storage))  # fmt: skip
 
-    def _assemble(self, log: EventLog, clock: Clock | None, liveness: Liveness | None) -> None:
+    def _assemble(self, log: EventLog, clock: Clock | None, liveness: LivenessLike | None) -> None:
         """Build the engine on ``log`` (again, for ``snerd.testing``: before start only)."""
         if self._started:
             raise DispatchError("a started queue's log cannot be replaced")
@@ -192,6 +195,35 @@ class Queue:
         self._callbacks.dead.append(callback)
         return callback
 
+    @property
+    def task_types(self) -> list[str]:
+        """The task types this queue has handlers for, sorted."""
+        return sorted(self._handlers.handlers)
+
+    def configure(
+        self, *, storage: str | None = None, max_workers: int | None = None,
+        pools: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
+        """Before :meth:`start`: run on another storage directory, with ``max_workers``
+        attempts (and handler threads) at most, and these pools added (``snerdmq worker``'s
+        ``--storage``, ``--concurrency``, ``--pool``). Handlers and callbacks stay."""
+        if self._started:
+            raise DispatchError("configure() must be called before the queue starts")
+        log, liveness = self.engine.log, self.engine.liveness
+        if storage is not None:
+            if not isinstance(log, FileLog):
+                raise DispatchError("this queue runs on the log it was given, not on a storage")
+            log, liveness = FileLog(storage, fsync=self._fsync), Liveness(storage)
+            self.storage = storage
+        if max_workers is not None:
+            if max_workers < 1:
+                raise ValueError(f"max_workers must be at least 1, got {max_workers}")
+            self._config = dc_replace(self._config, max_workers=max_workers)
+            self._handlers.threads = max_workers
+        if pools:
+            self._config = dc_replace(self._config, pools={**self._config.pools, **pools})
+        self._assemble(log, self.engine.clock, liveness)
+
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -224,6 +256,8 @@ class Queue:
         *,
         max_retries: int | None = None,
         retry_after_hours: float | None = None,
+        retry_backoff: str | None = None,
+        retry_max_delay: float | None = None,
         urgency_score: float | None = None,
         execute_at: dt.datetime | str | float | None = None,
         cron: str | None = None,
@@ -244,6 +278,7 @@ class Queue:
         naming every unknown keyword (``urgency=`` for ``urgency_score=``)."""
         options: dict[str, Any] = {
             "max_retries": max_retries, "retry_after_hours": retry_after_hours,
+            "retry_backoff": retry_backoff, "retry_max_delay": retry_max_delay,
             "urgency_score": urgency_score, "execute_at": execute_at, "cron": cron,
             "trigger_after_ids": None if trigger_after_ids is None else list(trigger_after_ids),
             "rate_limit_group": rate_limit_group, "max_per_minute": max_per_minute,

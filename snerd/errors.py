@@ -70,3 +70,8 @@ class TaskCancelledError(ResultError):
 class UnknownTaskError(ResultError):
     """Neither the live queue nor the stored history (archives included) names the
     task: never enqueued, or its history was pruned by the archive retention."""
+
+
+class Fail(SnerdError):
+    """Raise from a handler to fail the task for good: it is dead-lettered at once
+    (reason ``failed_permanently``), whatever retries remain. The message is its error."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -65,6 +68,42 @@ def test_the_testing_example_passes_under_pytest(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
     assert not (tmp_path / ".snerdata").exists()  # nothing touched the disk
+
+
+def test_the_retry_example_runs_as_written(tmp_path: Path) -> None:
+    for out in _run_twice(_block_after("### Retries: exponential backoff"), tmp_path):
+        assert "done;" in out and "dead_lettered failed_permanently" in out
+
+
+def test_the_worker_example_runs_as_written(tmp_path: Path) -> None:
+    section = README[README.index("## Worker command"):]
+    (tmp_path / "tasks.py").write_text(_block_after("## Worker command"))
+    shell = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert shell
+    start, add, stop = (line.split("#")[0].strip() for line in shell.group(1).splitlines())
+    assert start.endswith("&") and stop == "kill -TERM %1"
+    snerdmq = [sys.executable, "-m", "snerd.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    pipe = subprocess.PIPE
+    worker = subprocess.Popen(snerdmq + shlex.split(start[:-1])[1:], cwd=tmp_path, env=env,
+                              stdout=pipe, stderr=pipe, text=True)  # fmt: skip
+    watchdog = threading.Timer(60, worker.kill)  # a hung worker ends the blocking reads
+    watchdog.start()
+    try:
+        assert worker.stderr is not None and worker.stdout is not None
+        assert "task types: resize" in worker.stderr.readline()  # it says what it serves
+        done = subprocess.run(snerdmq + shlex.split(add)[1:], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert worker.stdout.readline() == "resizing cat.png\n"  # blocks until it ran
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    finally:
+        watchdog.cancel()
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
 
 
 def test_the_commands_are_in_the_order_a_new_user_needs() -> None:

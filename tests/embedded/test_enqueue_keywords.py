@@ -29,7 +29,8 @@ async def test_the_options_are_explicit_keywords(make_queue: MakeQueue, store: M
     params = inspect.signature(Queue.enqueue).parameters
     keywords = {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY}
     assert keywords == {
-        "max_retries", "retry_after_hours", "urgency_score", "execute_at", "cron",
+        "max_retries", "retry_after_hours", "retry_backoff", "retry_max_delay", "urgency_score",
+        "execute_at", "cron",
         "trigger_after_ids", "rate_limit_group", "max_per_minute", "auto_dedupe",
         "webhook_url", "max_execution_seconds", "pool",
     }  # fmt: skip

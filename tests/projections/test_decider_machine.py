@@ -9,8 +9,9 @@ are folded one decision at a time, as the engine's log listener folds them.
 Invariants: no attempt is claimed twice; claims go out most urgent first and FIFO among
 equal urgency; no rate window ever holds more claims than its limit; a DAG child never
 starts before every parent it waited on completed, and a dead-lettered parent fails its
-waiting descendants through, transitively; replaying the written log (incrementally and
-in bulk) gives the live state.
+waiting descendants through, transitively; a failure said to be final dead-letters at
+once, and a retry waits within [base, cap] of its backoff; replaying the written log
+(incrementally and in bulk) gives the live state.
 """
 
 from __future__ import annotations
@@ -108,9 +109,11 @@ class DeciderMachine(RuleBasedStateMachine):
         limited=st.booleans(),
         dedupe=st.booleans(),
         backoff=st.sampled_from([0.0, 0.0, 10 / 3600]),
+        cap=st.sampled_from([None, None, 15.0, 40.0]),  # a cap: exponential backoff
     )
     def enqueue(self, data: st.DataObject, urgency: int, delay: float | None, retries: int,
-                limited: bool, dedupe: bool, backoff: float) -> None:  # fmt: skip
+                limited: bool, dedupe: bool, backoff: float,
+                cap: float | None) -> None:  # fmt: skip
         self.ids += 1
         task_id = f"t{self.ids}"
         known = sorted(self.state.tasks) + sorted(self.state.dlq) + ["ghost"]
@@ -121,6 +124,7 @@ class DeciderMachine(RuleBasedStateMachine):
             execute_at=None if delay is None else self.now + delay,
             rate_limit_group="g" if limited else None, max_per_minute=LIMIT if limited else None,
             trigger_after_ids=parents,
+            retry_backoff=None if cap is None else "exponential", retry_max_delay=cap,
         )  # fmt: skip
         live = {p for p in parents if p in self.state.tasks or p in self.state.dlq}
         decision = self.run(command)
@@ -167,18 +171,39 @@ class DeciderMachine(RuleBasedStateMachine):
                     assert (-task.urgency, task.order) > worst, f"{task.id} skipped"
 
     @precondition(lambda self: self.running())
-    @rule(data=st.data(), success=st.booleans(), progress=st.booleans())
-    def finish(self, data: st.DataObject, success: bool, progress: bool) -> None:
+    @rule(
+        data=st.data(), success=st.booleans(), progress=st.booleans(),
+        retry=st.booleans(), jitter=st.floats(0.0, 1.0),
+    )  # fmt: skip
+    def finish(self, data: st.DataObject, success: bool, progress: bool, retry: bool,
+               jitter: float) -> None:  # fmt: skip
         task = self.state.tasks[data.draw(st.sampled_from(self.running()))]
         assert task.claim is not None
         daemon, attempt = task.claim.daemon, task.claim.attempt
         if progress:
             self.run(ReportProgress(task.id, attempt, {"pct": 50}), daemon)
             assert self.state.tasks[task.id].progress == {"pct": 50}
-        decision = self.run(Finish(task.id, attempt, success, error="boom"), daemon)
+        command = Finish(task.id, attempt, success, error="boom", retry=retry, jitter=jitter)
+        decision = self.run(command, daemon)
         assert decision.events
+        self.check_backoff(task, decision, success=success, retry=retry)
         late = self.run(Finish(task.id, attempt, True), daemon)  # a duplicate result
         assert isinstance(late.outcome, Refusal) and not late.events
+
+    def check_backoff(self, task: Any, decision: Decision, *, success: bool, retry: bool) -> None:
+        """A failure said to be final dead-letters; a retry waits within [base, cap]."""
+        first = decision.records[0]
+        if success:
+            return
+        if not retry:
+            assert first[ev.F_EVENT] == ev.DEAD_LETTERED
+            assert first[ev.F_REASON] == ev.REASON_PERMANENT
+        elif first[ev.F_EVENT] == ev.RETRY_SCHEDULED:
+            base = task.retry_after_hours * 3600 or (1.0 if task.retry_backoff else 0.0)
+            cap = task.retry_max_delay or base
+            waits = self.state.tasks[task.id].retry_after_time
+            delay = 0.0 if waits is None else waits - self.now
+            assert base - 0.001 <= delay <= cap + 0.001, (base, delay, cap)
 
     @rule()
     def fail_through(self) -> None:

@@ -228,6 +228,9 @@ def test_sdk_enqueue_with_aware_datetime_and_string_execute_at() -> None:
         ({"status": "success", "result": {"rows": [1]}}, Result("t1", True, result={"rows": [1]})),
         ({"success": True, "result": "text"}, Result("t1", True, result="text")),
         ({"status": "error", "result": 5}, Result("t1", False)),  # read only on success
+        ({"status": "error", "retry": False}, Result("t1", False, retry=False)),
+        ({"success": False, "retry": True}, Result("t1", False)),
+        ({"status": "success", "retry": False}, Result("t1", True, retry=False)),
     ],
 )
 def test_result_forms(msg: dict[str, Any], expected: Result) -> None:
@@ -396,6 +399,12 @@ def test_enqueue_error_carries_task_id_so_the_sdk_can_reject_its_pending_enqueue
         ({"action": "result", "task_id": "t1", "success": True, "attempt": 0}, "attempt",
          "invalid_field"),
         ({"action": "result", "status": "success"}, "task_id", "missing_field"),
+        ({"action": "result", "task_id": "t1", "success": False, "retry": "no"}, "retry",
+         "invalid_field"),
+        ({"action": "enqueue", "task_id": "a", "task_type": "t", "retry_backoff": "linear"},
+         "retry_backoff", "invalid_field"),
+        ({"action": "enqueue", "task_id": "a", "task_type": "t", "retry_max_delay": 5},
+         "retry_max_delay", "invalid_field"),
         ({"action": "progress", "data": 1}, "task_id", "missing_field"),
         ({"action": "register"}, "task_type", "missing_field"),
         ({"action": "register", "task_type": ""}, "task_type", "invalid_field"),
