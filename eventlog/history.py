@@ -8,7 +8,7 @@ later file copied from an earlier one (the snapshot block and the copied tail).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from snerd.errors import LogError
@@ -84,12 +84,17 @@ def iter_history(storage: str | os.PathLike[str]) -> Iterator[Item]:
     ``replay --verify``. Records without ``seq`` (foreign state lines) are always
     yielded.
     """
+    return merge_history(read_records(path) for path in history_files(storage))
+
+
+def merge_history(files: Iterable[Iterable[Item]]) -> Iterator[Item]:
+    """:func:`iter_history` over logs given as item streams, oldest first (any backend)."""
     last: int | None = None
-    for path in history_files(storage):
+    for items in files:
         covered = last  # what earlier files already yielded
         first = True
         block, skip_block = 0, False  # snapshot records still to come, and their fate
-        for item in read_records(path):
+        for item in items:
             if isinstance(item, SkippedLine):
                 yield item
                 continue
