@@ -33,8 +33,7 @@ from snerd.dispatcher.notify import Notifier
 from snerd.dispatcher.webhooks import WebhookExecutor
 from snerd.errors import DispatchError, ProtocolError
 from snerd.eventlog.base import EventLog, Record
-from snerd.eventlog.filelog import FileLog
-from snerd.eventlog.liveness import Liveness
+from snerd.eventlog.storage import open_liveness, open_log
 from snerd.projections import decide as cmds
 from snerd.projections.options import OptionError, enqueue_command
 from snerd.projections.views.tasks import task_view
@@ -93,7 +92,8 @@ class _Callbacks:
 
 
 class Queue:
-    """An in-process queue over a storage directory (or any :class:`EventLog`)."""
+    """An in-process queue over a storage directory, a ``postgresql://`` URL (see
+    ``specs/log-storage.md`` §7), or any :class:`EventLog`."""
 
     def __init__(
         self,
@@ -112,11 +112,11 @@ class Queue:
         webhooks = WebhookExecutor()
         config = EngineConfig(daemon_id=daemon_id, max_workers=max_workers, pools=pools or {})
         self.engine = Engine(
-            log or FileLog(storage, fsync=fsync),
+            log or open_log(storage, fsync=fsync),
             executors=[webhooks, self._handlers],
             clock=clock,
             config=config,
-            liveness=None if log is not None else Liveness(storage),
+            liveness=None if log is not None else open_liveness(storage),
             notifier=Notifier([self._callbacks, webhooks]),
         )
         self._handlers.on_free = self.engine.wake

@@ -84,6 +84,9 @@ class PostgresLog(BatchingLog):
         chain_key: bytes | None = None,
     ) -> None:
         super().__init__(chain_key=chain_key)
+        self.url = url
+        """The storage URL as given (it may hold a password: never print it; the
+        printable form is ``target.display``)."""
         self.target: PgTarget = parse(url)
         self.queue = self.target.queue
         self._key = lock_key("log", self.queue)

@@ -19,11 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pgkit
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from hypothesis_budget import examples
-import pgkit
 from logkit import Backend, MemoryBackend, PostgresBackend, Recorder
 
 from snerd.eventlog.base import EventLog, Record
