@@ -16,7 +16,9 @@ from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.postgres.url import is_url, redact
 
-__all__ = ["is_url", "open_history", "open_liveness", "open_log", "redact"]
+__all__ = [
+    "describe", "is_url", "open_history", "open_live", "open_liveness", "open_log", "redact",
+]
 
 Storage = str | os.PathLike[str]
 
@@ -72,3 +74,38 @@ def open_history(storage: Storage) -> Iterator[Record | SkippedLine]:
     from snerd.eventlog.history import iter_history
 
     return iter_history(storage)
+
+
+def open_live(storage: Storage) -> Iterator[Record | SkippedLine]:
+    """The live log of ``storage`` (no archives), as ``read_records`` reads a dir."""
+    url = _url(storage)
+    if url is not None:
+        _postgres()
+        from snerd.eventlog.postgres.history import live_records
+
+        return live_records(url)
+    from snerd.eventlog.history import read_records
+
+    return read_records(storage)
+
+
+def describe(storage: Storage) -> dict[str, Any]:
+    """Where the live log is (printable), its size in bytes, how many archives it has;
+    ``exists`` says whether there is a queue there at all."""
+    url = _url(storage)
+    if url is not None:
+        _postgres()
+        from snerd.eventlog.postgres.history import describe as pg_describe
+
+        exists, size, archives = pg_describe(url)
+        return {"exists": exists, "path": redact(url), "bytes": size, "archives": archives}
+    from snerd.eventlog.layout import resolve
+
+    layout = resolve(storage)
+    exists = layout.log_path.exists()
+    return {
+        "exists": exists,
+        "path": str(layout.log_path),
+        "bytes": layout.log_path.stat().st_size if exists else 0,
+        "archives": len(layout.archive_files()),
+    }

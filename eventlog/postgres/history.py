@@ -75,3 +75,24 @@ def _rows(conn: psycopg.Connection[Any], query: str, args: tuple[Any, ...]) -> I
         yield from decoded.records[start:]
         if len(rows) < CHUNK:
             return
+
+
+def describe(url: str) -> tuple[bool, int, int]:
+    """(whether the queue exists, bytes of its live log, number of archives)."""
+    target = parse(url)
+    try:
+        with connect_sync(target) as conn:
+            if conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.queues",)).fetchone() == (None,):
+                return False, 0, 0
+            row = conn.execute(_DESCRIBE, (target.queue,) * 3).fetchone()
+    except psycopg.Error as exc:
+        raise unavailable(target, exc) from exc
+    assert row is not None
+    return bool(row[0]), int(row[1]), int(row[2])
+
+
+_DESCRIBE = (
+    f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.queues WHERE queue = %s),"
+    f" (SELECT coalesce(sum(length(line)), 0) FROM {SCHEMA}.log WHERE queue = %s),"
+    f" (SELECT count(*) FROM {SCHEMA}.archives WHERE queue = %s)"
+)

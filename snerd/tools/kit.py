@@ -118,6 +118,14 @@ def existing_storage(storage: Any) -> Any:
     from snerd.eventlog.storage import is_url
 
     if is_url(str(storage)):
+        from snerd.eventlog.storage import describe
+
+        try:
+            exists = describe(str(storage))["exists"]
+        except SnerdError as exc:
+            raise click.ClickException(str(exc)) from None
+        if not exists:
+            raise click.ClickException(f"no queue at {shown(storage)}")
         return str(storage)
 
     try:
@@ -165,7 +173,7 @@ def retention(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
+def make_engine(storage: Path | str, *, tool: str, follow: bool = False) -> Any:
     """A passive engine on ``storage``: it claims nothing and keeps no house (no
     orphan release, no compaction); it writes only what its caller asks for. The
     caller starts it and drains it."""
@@ -177,7 +185,7 @@ def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(storage: Path, *, tool: str) -> AsyncIterator[Any]:
+async def open_engine(storage: Path | str, *, tool: str) -> AsyncIterator[Any]:
     """A short-lived :func:`make_engine`: replays the log, lets the command append
     through it (cancel, requeue, purge, enqueue, compact), and closes the log on exit."""
     engine = make_engine(storage, tool=tool)
