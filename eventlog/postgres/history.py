@@ -96,3 +96,16 @@ _DESCRIBE = (
     f" (SELECT coalesce(sum(length(line)), 0) FROM {SCHEMA}.log WHERE queue = %s),"
     f" (SELECT count(*) FROM {SCHEMA}.archives WHERE queue = %s)"
 )
+
+
+def raw_lines(conn: psycopg.Connection[Any], queue: str, archive: str | None) -> list[bytes]:
+    """The lines, as stored, of the live log (``archive`` None) or of one archive."""
+    query, args = (_LIVE, (queue,)) if archive is None else (_ARCHIVE, (queue, archive))
+    out: list[bytes] = []
+    pos = 0
+    while True:
+        rows = conn.cursor(binary=True).execute(query, (*args, pos)).fetchall()
+        out.extend(bytes(r[1]) for r in rows)
+        if len(rows) < CHUNK:
+            return out
+        pos = int(rows[-1][0])
