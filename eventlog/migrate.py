@@ -2,7 +2,7 @@
 
 A queue is its archives (oldest first) and its live log; each is a list of lines,
 copied byte for byte, so seqs, checksums and the audit history come out the same
-(``specs/log-storage.md`` §7.6). The destination must hold no queue yet. Stop the
+(``specs/log-storage.md`` §12.6). The destination must hold no queue yet. Stop the
 daemons on the source first: a line appended during the copy may be missed.
 """
 

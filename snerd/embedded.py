@@ -93,7 +93,7 @@ class _Callbacks:
 
 class Queue:
     """An in-process queue over a storage directory, a ``postgresql://`` URL (see
-    ``specs/log-storage.md`` §7), or any :class:`EventLog`."""
+    ``specs/log-storage.md`` §12), or any :class:`EventLog`."""
 
     def __init__(
         self,

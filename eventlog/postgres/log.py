@@ -1,6 +1,6 @@
 """The event log in a PostgreSQL table, shared by daemons on any number of machines.
 
-Contract (normative text in ``specs/log-storage.md`` §7):
+Contract (normative text in ``specs/log-storage.md`` §12):
 
 * A group-commit batch is one transaction: ``BEGIN``, the queue's advisory
   transaction lock, catch-up from the last line read, the commands, one ``INSERT``

@@ -1,4 +1,4 @@
-"""Our tables in PostgreSQL, created on first use (``specs/log-storage.md`` §7).
+"""Our tables in PostgreSQL, created on first use (``specs/log-storage.md`` §12).
 
 =========================  ====================================================
 ``snerd.version``          the schema version (one row), for later migrations
