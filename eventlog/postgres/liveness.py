@@ -138,13 +138,17 @@ class PgLiveness:
         key = self._key(daemon_id)
         with self._lock:
             try:
-                row = self._connection().execute(_PROBE, (key, key)).fetchone()
+                conn = self._connection()
+                row = conn.execute(_PROBE, (key, key)).fetchone()
+                dead = row is not None and bool(row[0])
+                if dead:  # forget the dead daemon's registration
+                    conn.execute(_UNREGISTER, (self.queue, daemon_id))
             except (psycopg.Error, StorageUnavailable) as exc:
                 log.warning("cannot tell whether %s is alive (%s); assuming it is", daemon_id,
                             exc)  # fmt: skip
                 self._conn = None
                 return True
-        return not (row is not None and row[0])
+        return not dead
 
     def list_daemons(self, *, alive_only: bool = False) -> list[str]:
         """Ids that held a lock on this queue, sorted; with ``alive_only`` the live ones."""
