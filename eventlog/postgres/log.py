@@ -194,37 +194,46 @@ class PostgresLog(BatchingLog):
             raise StorageUnavailable(f"PostgreSQL {self.target.display}: not connected")
         return self._conn
 
-    async def _sync(self) -> int:
-        """Catch up (holding ``_mutex``): follow a compaction, then read new lines."""
+    async def _sync(self, rows: list[tuple[Any, ...]] | None = None) -> int:
+        """Catch up (holding ``_mutex``): follow a compaction, then read new lines.
+        ``rows``: the first read's result when the caller already has it."""
         conn = self._connection()
         delivered = 0
         while True:
-            try:
-                cur = await conn.cursor(binary=True).execute(
-                    sql.READ, {"pos": self._pos, "queue": self.queue}
-                )
-                rows = await cur.fetchall()
-            except psycopg.Error as exc:
-                raise self._lost(exc) from exc
-            generation = int(rows[0][0]) if rows else 0
-            if generation != self._generation:
-                if self._generation >= 0:
-                    self._reset()
-                    self._epoch += 1
-                self._generation = generation
-                if self._pos:
-                    self._pos = self._byte_pos = 0
-                    continue
-            lines = [bytes(r[2]) for r in rows if r[1] is not None]
-            if not lines:
+            if rows is None:
+                try:
+                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
+                    rows = await cur.fetchall()
+                except psycopg.Error as exc:
+                    raise self._lost(exc) from exc
+            read, more = self._take_rows(rows)
+            delivered += read
+            if not more:
                 return delivered
-            data = b"".join(lines)
-            self._pos = int(rows[-1][1])
-            offset, self._byte_pos = self._byte_pos, self._byte_pos + len(data)
-            delivered += self._deliver_decoded(decode_complete(data, offset))
-            if len(lines) < sql.READ_BATCH:
-                return delivered
+            rows = None
             await asyncio.sleep(0)  # a long replay must not starve the event loop
+
+    def _read_args(self) -> dict[str, Any]:
+        return {"pos": self._pos, "queue": self.queue}
+
+    def _take_rows(self, rows: list[tuple[Any, ...]]) -> tuple[int, bool]:
+        """Deliver one read's lines; return (records delivered, whether to read again)."""
+        generation = int(rows[0][0]) if rows else 0
+        if generation != self._generation:
+            if self._generation >= 0:
+                self._reset()
+                self._epoch += 1
+            self._generation = generation
+            if self._pos:  # compacted elsewhere: read the new log from its start
+                self._pos = self._byte_pos = 0
+                return 0, True
+        lines = [bytes(r[2]) for r in rows if r[1] is not None]
+        if not lines:
+            return 0, False
+        data = b"".join(lines)
+        self._pos = int(rows[-1][1])
+        offset, self._byte_pos = self._byte_pos, self._byte_pos + len(data)
+        return self._deliver_decoded(decode_complete(data, offset)), len(lines) == sql.READ_BATCH
 
     async def _replay_all(self) -> None:
         """After a storage fault: reconnect, reset the listener and replay everything
@@ -293,15 +302,17 @@ class PostgresLog(BatchingLog):
         """One transaction holding the queue's lock, caught up, for the block."""
         async with self._mutex:
             conn = self._connection()
-            try:
+            try:  # one round trip: begin, wait for the lock, read what came before us
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
                     await conn.execute(sql.LOCK, (self._key,))
+                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
+                rows = await cur.fetchall()
             except psycopg.Error as exc:
                 raise self._lost(exc) from exc
             self._in_txn = True
             try:
-                await self._sync()
+                await self._sync(rows)
                 yield
             finally:
                 if self._in_txn:  # nothing was committed: end the transaction
