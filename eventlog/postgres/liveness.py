@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 KEEP_SECONDS = 1.0
 """How often the keeper checks the liveness connection."""
 
+LOCK_WAIT_SECONDS = 0.2
+"""Longest :meth:`PgLiveness.is_alive` (called on the event loop) waits for the keeper."""
+
 _TRY = "SELECT pg_try_advisory_lock(%s)"
 _UNLOCK = "SELECT pg_advisory_unlock(%s)"
 _PROBE = "SELECT CASE WHEN pg_try_advisory_lock(%s) THEN pg_advisory_unlock(%s) ELSE false END"
@@ -136,18 +139,28 @@ class PgLiveness:
         if daemon_id in self._held:
             return True
         key = self._key(daemon_id)
-        with self._lock:
-            try:
+        if not self._lock.acquire(timeout=LOCK_WAIT_SECONDS):
+            return True  # the keeper is reconnecting: ask again next round
+        try:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                if self._held:  # the keeper reconnects; the event loop does not wait for it
+                    return True
                 conn = self._connection()
+            try:
                 row = conn.execute(_PROBE, (key, key)).fetchone()
                 dead = row is not None and bool(row[0])
                 if dead:  # forget the dead daemon's registration
                     conn.execute(_UNREGISTER, (self.queue, daemon_id))
-            except (psycopg.Error, StorageUnavailable) as exc:
+            except psycopg.Error as exc:
                 log.warning("cannot tell whether %s is alive (%s); assuming it is", daemon_id,
                             exc)  # fmt: skip
-                self._conn = None
                 return True
+        except StorageUnavailable as exc:
+            log.warning("cannot tell whether %s is alive (%s); assuming it is", daemon_id, exc)
+            return True
+        finally:
+            self._lock.release()
         return not dead
 
     def list_daemons(self, *, alive_only: bool = False) -> list[str]:
