@@ -47,6 +47,13 @@ _REGISTER = (
     " ON CONFLICT (queue, daemon_id) DO UPDATE SET since = now()"
 )
 _UNREGISTER = f"DELETE FROM {SCHEMA}.daemons WHERE queue = %s AND daemon_id = %s"
+_SERVER_KEEPALIVES = (
+    "SET tcp_keepalives_idle = 3",
+    "SET tcp_keepalives_interval = 1",
+    "SET tcp_keepalives_count = 3",
+)
+"""The server's side of the liveness connection: when a daemon's machine vanishes
+(no FIN ever comes), its backend ends, and the lock with it, within seconds."""
 _LIST = f"SELECT daemon_id FROM {SCHEMA}.daemons WHERE queue = %s ORDER BY daemon_id"
 
 
@@ -73,6 +80,8 @@ class PgLiveness:
         self._conn = None
         conn = connect_sync(self.target)
         try:
+            for setting in _SERVER_KEEPALIVES:  # the server notices a vanished machine too
+                conn.execute(setting)
             ensure_schema_sync(conn, self.queue)
             for daemon_id in sorted(self._held):
                 self._take(conn, daemon_id)
