@@ -168,3 +168,35 @@ async def test_connections_cut_under_load_lose_no_acked_enqueue(spawn: Any, queu
     assert victim.client.returncode is None  # the daemon survived
     enqueued = {r["taskId"] for r in history(queue) if r.get("event") == "enqueued"}
     assert set(acked) <= enqueued
+
+
+async def test_a_daemon_cut_off_counts_as_dead_and_its_late_result_is_refused(
+    spawn: Any, queue: str
+) -> None:
+    import psycopg
+
+    app = f"cut-{queue}"
+    cut_off = await spawn(storage=url_of(queue, app), clock=False, register=("t",),
+                          env=FAST_HOUSEKEEPING)  # fmt: skip
+    await cut_off.ack("job", max_retries=3)
+    await cut_off.expect("execute", task_id="job", attempt=1)
+    other = await spawn(storage=url_of(queue), clock=False, register=("t",),
+                        env=FAST_HOUSEKEEPING)  # fmt: skip
+    await other.quiet("execute", task_id="job")
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as admin:
+        (pid,) = admin.execute(  # the session holding cut_off's liveness lock
+            "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND a.application_name = %s", (app,)
+        ).fetchone() or (None,)
+        assert pid is not None
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    # its keeper reconnects after a second or more; the other daemon's housekeeping
+    # (every 0.1 s) sees the lock free first and re-runs the attempt
+    execute = await other.expect("execute", task_id="job", timeout=10)
+    assert execute["attempt"] == 2
+    reply = await cut_off.request("result", task_id="job", status="success")
+    assert reply["code"] == "not_active"  # the late result of attempt 1
+    await other.result("job")
+    await wait_until(lambda: bool(events_of(queue, "job", "succeeded")), 10, "the success")
+    assert len(events_of(queue, "job", "succeeded")) == 1
+    assert [r["reason"] for r in events_of(queue, "job", "claim_released")] == ["owner_died"]
