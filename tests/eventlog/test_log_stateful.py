@@ -251,14 +251,16 @@ class AgreementMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         fresh, rec = self._open()
-        for log, rec_ in [*self.logs, (fresh, rec)]:
-            self._check(log, rec_)
-        for log, _ in [*self.logs, self.reader, (fresh, rec)]:
-            self._run(log.close())
-        drop = getattr(self.backend, "drop", None)
-        if drop is not None:
-            drop()
-        self.loop.close()
+        try:
+            for log, rec_ in [*self.logs, (fresh, rec)]:
+                self._check(log, rec_)
+        finally:
+            for log, _ in [*self.logs, self.reader, (fresh, rec)]:
+                self._run(log.close())
+            drop = getattr(self.backend, "drop", None)
+            if drop is not None:
+                drop()
+            self.loop.close()
 
 
 class MemoryAgreement(AgreementMachine):

@@ -65,7 +65,8 @@ def test_a_held_id_cannot_be_taken_twice_and_queues_are_apart(url: str) -> None:
     from snerd.eventlog.postgres.liveness import PgLiveness
 
     first, second = PgLiveness(url), PgLiveness(url)
-    other_queue = PgLiveness(pgkit.queue_url(pgkit.fresh_queue()))
+    other_name = pgkit.fresh_queue()
+    other_queue = PgLiveness(pgkit.queue_url(other_name))
     try:
         first.hold("d1")
         with pytest.raises(LogError, match="live process"):
@@ -77,6 +78,7 @@ def test_a_held_id_cannot_be_taken_twice_and_queues_are_apart(url: str) -> None:
     finally:
         for one in (first, second, other_queue):
             one.release()
+        pgkit.drop_queue(other_name)
     with pytest.raises(LogError, match="daemon_id"):
         PgLiveness(url).hold("../x")
 
