@@ -1,4 +1,4 @@
-"""Opening connections, and telling a lost connection from other database errors."""
+"""Opening connections (with keepalives), creating our schema, naming a failed call."""
 
 from __future__ import annotations
 
