@@ -1,8 +1,10 @@
 """The event log: the only code that touches log files.
 
 ``EventLog`` is the interface (:mod:`.base`); ``FileLog`` is the shared JSON-lines
-file, ``MemoryLog`` its in-memory twin; ``Liveness`` tracks which daemons are alive;
-``iter_history`` reads the full audit history across compactions.
+file, ``MemoryLog`` its in-memory twin, ``PostgresLog`` (:mod:`.postgres`, psycopg
+imported only when used) the log in PostgreSQL; ``Liveness`` tracks which daemons are
+alive; ``iter_history`` reads the full audit history across compactions; ``open_log``
+turns a storage string (a dir or a ``postgresql://`` URL) into its log.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from snerd.eventlog.history import iter_history, read_records
 from snerd.eventlog.layout import Layout, resolve
 from snerd.eventlog.liveness import Liveness
 from snerd.eventlog.memory import MemoryLog, MemoryStore
+from snerd.eventlog.storage import is_url, open_history, open_liveness, open_log
 
 __all__ = [
     "Command",
@@ -39,7 +42,11 @@ __all__ = [
     "MemoryStore",
     "Record",
     "SkippedLine",
+    "is_url",
     "iter_history",
+    "open_history",
+    "open_liveness",
+    "open_log",
     "read_records",
     "resolve",
 ]

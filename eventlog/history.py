@@ -88,8 +88,7 @@ def iter_history(storage: str | os.PathLike[str]) -> Iterator[Item]:
 
 
 def merge_history(files: Iterable[Iterable[Item]]) -> Iterator[Item]:
-    """:func:`iter_history` over the items of each file, oldest file first (a
-    storage's files, or a memory store's archives and lines)."""
+    """:func:`iter_history` over logs given as item streams, oldest first (any backend)."""
     last: int | None = None
     for items in files:
         covered = last  # what earlier files already yielded

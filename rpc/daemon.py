@@ -25,8 +25,7 @@ from snerd.dispatcher.settings import engine_config
 from snerd.errors import LogError, ProtocolError, SnerdError
 from snerd.eventlog.base import Record
 from snerd.eventlog.batching import GIVE_UP_SECONDS
-from snerd.eventlog.filelog import FileLog
-from snerd.eventlog.liveness import Liveness
+from snerd.eventlog.storage import open_liveness, open_log, redact
 from snerd.projections import events as ev
 from snerd.projections.task import Task
 from snerd.rpc import logs
@@ -194,11 +193,11 @@ async def serve(
     from snerd.dispatcher.webhooks import WebhookExecutor
 
     webhooks = WebhookExecutor()
-    file_log = FileLog(storage)
+    file_log = open_log(storage)  # a storage dir, or a postgresql:// URL
     file_log.give_up_seconds = _give_up_seconds(env)
     engine = Engine(
         file_log, executors=[webhooks, session], clock=clock, config=config,
-        liveness=Liveness(storage), notifier=Notifier([session, webhooks]),
+        liveness=open_liveness(storage), notifier=Notifier([session, webhooks]),
     )  # fmt: skip
     session.engine = engine
     await engine.start()
@@ -292,5 +291,5 @@ def main(argv: list[str] | None = None, *, extend: Extension | None = None) -> i
     except KeyboardInterrupt:
         return 0
     except (OSError, SnerdError) as exc:  # storage missing, unwritable, or locked
-        print(f"snerdmq: cannot run on {storage!r}: {exc}", file=sys.stderr)
+        print(f"snerdmq: cannot run on {redact(storage)!r}: {exc}", file=sys.stderr)
         return 1

@@ -33,6 +33,7 @@ SUBCOMMANDS: Final[dict[str, str]] = {
     "enqueue": "snerd.tools.enqueue:enqueue",
     "dashboard": "snerd.tools.dashboard:dashboard",
     "demo": "snerd.tools.demo:demo",
+    "migrate": "snerd.tools.migrate:migrate",
     "worker": "snerd.tools.worker:worker",
 }
 """Subcommand name -> ``module:attribute`` of its click command."""

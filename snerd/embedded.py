@@ -36,8 +36,7 @@ from snerd.dispatcher.results import Results, lookup
 from snerd.dispatcher.webhooks import WebhookExecutor
 from snerd.errors import DispatchError, ProtocolError
 from snerd.eventlog.base import EventLog, Record
-from snerd.eventlog.filelog import FileLog
-from snerd.eventlog.liveness import Liveness
+from snerd.eventlog.storage import open_liveness, open_log
 from snerd.projections import decide as cmds
 from snerd.projections.options import OptionError, enqueue_command
 from snerd.projections.views.tasks import task_view
@@ -97,7 +96,8 @@ class _Callbacks:
 
 
 class Queue:
-    """An in-process queue over a storage directory (or any :class:`EventLog`)."""
+    """An in-process queue over a storage directory, a ``postgresql://`` URL (see
+    ``specs/log-storage.md`` §12), or any :class:`EventLog`."""
 
     def __init__(
         self,
@@ -119,8 +119,9 @@ class Queue:
         self._ids = TaskIds()
         self._started = False
         self._fsync = fsync
-        self._assemble(log or FileLog(storage, fsync=fsync), clock,
-                       None if log is not None else Liveness(storage))  # fmt: skip
+        self._given_log = log is not None
+        self._assemble(log or open_log(storage, fsync=fsync), clock,
+                       None if log is not None else open_liveness(storage))  # fmt: skip
 
     def _assemble(self, log: EventLog, clock: Clock | None, liveness: LivenessLike | None) -> None:
         """Build the engine on ``log`` (again, for ``snerd.testing``: before start only)."""
@@ -211,9 +212,9 @@ class Queue:
             raise DispatchError("configure() must be called before the queue starts")
         log, liveness = self.engine.log, self.engine.liveness
         if storage is not None:
-            if not isinstance(log, FileLog):
+            if self._given_log:
                 raise DispatchError("this queue runs on the log it was given, not on a storage")
-            log, liveness = FileLog(storage, fsync=self._fsync), Liveness(storage)
+            log, liveness = open_log(storage, fsync=self._fsync), open_liveness(storage)
             self.storage = storage
         if max_workers is not None:
             if max_workers < 1:

@@ -41,7 +41,8 @@ from snerd.dashboard.monitor import Monitor
 from snerd.dispatcher import info, results
 from snerd.dispatcher.engine import Engine
 from snerd.errors import SnerdError
-from snerd.eventlog import FileLog, SkippedLine, iter_history
+from snerd.eventlog import FileLog, SkippedLine
+from snerd.eventlog.storage import open_history, redact
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
 from snerd.projections.options import Fields, OptionError, enqueue_options
@@ -73,19 +74,23 @@ def json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None)
     return web.Response(body=body, status=status, headers=headers, content_type="application/json")
 
 
-def storage_of(engine: Engine) -> Path | None:
-    """The storage dir behind the engine's log, when it is a file log."""
-    return engine.log.layout.storage if isinstance(engine.log, FileLog) else None
+def storage_of(engine: Engine) -> Path | str | None:
+    """The storage behind the engine's log: its dir for a file log, its URL for
+    PostgreSQL (the audit history is read from there); None for other logs."""
+    if isinstance(engine.log, FileLog):
+        return engine.log.layout.storage
+    url = getattr(engine.log, "url", None)
+    return url if isinstance(url, str) else None
 
 
-def stored_records(storage: Path, task_id: str, known: set[str]) -> list[dict[str, Any]]:
+def stored_records(storage: Path | str, task_id: str, known: set[str]) -> list[dict[str, Any]]:
     """Every stored record about ``task_id`` and its ancestors (``known`` ones first; a
     parent only the log still names costs another pass). Blocking: call in a thread."""
     ids = {task_id, *known}
     records: list[dict[str, Any]] = []
     for _ in range(MAX_PASSES):
         records = [
-            item for item in iter_history(storage)
+            item for item in open_history(storage)
             if not isinstance(item, SkippedLine) and tl.concerns(item, ids)
         ]  # fmt: skip
         more = tl.parents_named(records, ids) - ids
@@ -156,7 +161,7 @@ class Api:
         out["throughput"] = self.monitor.throughput()
         out["rateGroups"] = figures.rate_groups(state, now)
         out["types"] = views.task_types(state, self.monitor.finished_rows())
-        out["storage"] = None if self.storage is None else str(self.storage)
+        out["storage"] = None if self.storage is None else redact(str(self.storage))
         out["seq"] = state.last_seq
         return json(out)
 
@@ -214,7 +219,9 @@ class Api:
         """Stored records about the task and its ancestors, then what the engine folded
         since (delivered before it reached the disk)."""
         stored: list[dict[str, Any]] = []
-        if self.storage is not None and os.path.isdir(self.storage):
+        if isinstance(self.storage, str) or (
+            self.storage is not None and os.path.isdir(self.storage)
+        ):
             stored = await asyncio.to_thread(stored_records, self.storage, task_id, family)
             family = family | {str(tl.subject(r)) for r in stored}
         last = max((r[ev.F_SEQ] for r in stored if type(r.get(ev.F_SEQ)) is int), default=0)

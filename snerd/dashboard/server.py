@@ -27,7 +27,7 @@ from snerd.dashboard.live import Hub
 from snerd.dashboard.monitor import Figures, Monitor, scan
 from snerd.dispatcher.engine import Engine
 from snerd.eventlog.base import Record, SkippedLine
-from snerd.eventlog.history import iter_history
+from snerd.eventlog.storage import open_history
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("snerd.dashboard")
@@ -65,12 +65,12 @@ async def _scan_history(app: web.Application, stop: threading.Event) -> None:
     """Count the stored history (older than what the monitor observes) in a thread."""
     engine, monitor = app[ENGINE_KEY], app[MONITOR_KEY]
     storage = storage_of(engine)
-    if storage is None or not storage.is_dir():
+    if storage is None or (isinstance(storage, Path) and not storage.is_dir()):
         monitor.history_ready = True
         return
 
     def work() -> Figures:
-        items = _stoppable(iter_history(storage), stop)
+        items = _stoppable(open_history(storage), stop)
         return scan(items, upto_seq=monitor.scan_upto, now=engine.clock.now())
 
     try:

@@ -19,7 +19,7 @@ from snerd.rpc import logs
 from snerd.tools import kit
 
 
-async def _serve(storage: Path, host: str, port: int, token: str | None) -> None:
+async def _serve(storage: Path | str, host: str, port: int, token: str | None) -> None:
     from snerd.dashboard import is_loopback, start_dashboard, url_of
 
     engine = kit.make_engine(storage, tool="dashboard", follow=True)
@@ -32,7 +32,8 @@ async def _serve(storage: Path, host: str, port: int, token: str | None) -> None
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}); try --port"
             ) from None
         out = kit.console()
-        out.print(f"Dashboard for [bold]{storage}[/] at [link]{url_of(runner, token=token)}[/]")
+        where = kit.shown(storage)
+        out.print(f"Dashboard for [bold]{where}[/] at [link]{url_of(runner, token=token)}[/]")
         if not is_loopback(host) and not token:
             out.print(
                 "[yellow]Listening beyond this machine without a token: anyone who can reach "
@@ -70,7 +71,7 @@ async def _until_signalled() -> None:
     envvar="SNERD_DASHBOARD_TOKEN",
     help="Require this token on every request ($SNERD_DASHBOARD_TOKEN).",
 )
-def dashboard(storage: Path, host: str, port: int, token: str | None) -> None:
+def dashboard(storage: Path | str, host: str, port: int, token: str | None) -> None:
     """Serve the web dashboard for the queue in STORAGE (default .snerdata).
 
     Works beside running daemons: it reads the shared log. Binds 127.0.0.1 unless

@@ -39,14 +39,41 @@ STATE_STYLES = {
 }
 
 
+class StorageType(click.ParamType):  # type: ignore[type-arg]
+    """A storage dir (as a Path), or a ``postgresql://`` URL (kept as a string: a Path
+    would fold its ``//``). A URL is shown without its password in every message."""
+
+    name = "storage"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Path | str:  # fmt: skip
+        from snerd.eventlog.storage import is_url
+
+        if isinstance(value, Path):
+            return value
+        text = str(value)
+        return text if is_url(text) else Path(text)
+
+
+STORAGE = StorageType()
+
+
+def shown(storage: Path | str) -> str:
+    """``storage`` as it may be printed (a URL loses its password)."""
+    from snerd.eventlog.storage import redact
+
+    return redact(str(storage))
+
+
 def storage_argument(function: F) -> F:
-    """``[STORAGE]``: a storage dir (or its tasks.log); default $SNERD_STORAGE or .snerdata."""
+    """``[STORAGE]``: a storage dir (or its tasks.log) or a postgresql:// URL; default
+    $SNERD_STORAGE or .snerdata."""
     return click.argument(
         "storage",
         required=False,
         envvar=STORAGE_ENV,
         default=DEFAULT_STORAGE,
-        type=click.Path(path_type=Path),
+        type=STORAGE,
     )(function)
 
 
@@ -58,8 +85,8 @@ def storage_option(function: F) -> F:
         envvar=STORAGE_ENV,
         default=DEFAULT_STORAGE,
         show_default=True,
-        type=click.Path(path_type=Path),
-        help="Storage directory (or $SNERD_STORAGE).",
+        type=STORAGE,
+        help="Storage directory or postgresql:// URL (or $SNERD_STORAGE).",
     )(function)
 
 
@@ -84,9 +111,22 @@ def styled_state(state: str) -> Text:
     return Text(state.replace("_", " "), style=STATE_STYLES.get(state, ""))
 
 
-def existing_storage(storage: Path) -> Path:
-    """The storage dir of an existing queue; exit 1 with a clear message otherwise."""
+def existing_storage(storage: Any) -> Any:
+    """The storage dir of an existing queue (a URL as given); exit 1 with a clear
+    message otherwise."""
     from snerd.eventlog.layout import resolve
+    from snerd.eventlog.storage import is_url
+
+    if is_url(str(storage)):
+        from snerd.eventlog.storage import describe
+
+        try:
+            exists = describe(str(storage))["exists"]
+        except SnerdError as exc:
+            raise click.ClickException(str(exc)) from None
+        if not exists:
+            raise click.ClickException(f"no queue at {shown(storage)}")
+        return str(storage)
 
     try:
         layout = resolve(storage)
@@ -133,19 +173,19 @@ def retention(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def make_engine(storage: Path, *, tool: str, follow: bool = False) -> Any:
+def make_engine(storage: Path | str, *, tool: str, follow: bool = False) -> Any:
     """A passive engine on ``storage``: it claims nothing and keeps no house (no
     orphan release, no compaction); it writes only what its caller asks for. The
     caller starts it and drains it."""
     from snerd.dispatcher.engine import Engine, EngineConfig
-    from snerd.eventlog import FileLog
+    from snerd.eventlog.storage import open_log
 
     config = EngineConfig(daemon_id=cli_daemon_id(tool), passive=True, **retention(os.environ))
-    return Engine(FileLog(storage, follow=follow), executors=[], config=config)
+    return Engine(open_log(storage, follow=follow), executors=[], config=config)
 
 
 @contextlib.asynccontextmanager
-async def open_engine(storage: Path, *, tool: str) -> AsyncIterator[Any]:
+async def open_engine(storage: Path | str, *, tool: str) -> AsyncIterator[Any]:
     """A short-lived :func:`make_engine`: replays the log, lets the command append
     through it (cancel, requeue, purge, enqueue, compact), and closes the log on exit."""
     engine = make_engine(storage, tool=tool)

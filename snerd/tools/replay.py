@@ -57,7 +57,7 @@ class UsageProblem(Exception):
 class Source:
     """Where the records come from, and the lines that had to be skipped."""
 
-    path: Path
+    path: Path | str  # a storage dir or log file, or a postgresql:// URL
     files: list[Path]
     skipped: list[SkippedLine] = field(default_factory=list)
     read: int = 0  # records read (a file none of whose lines is one is not a log)
@@ -66,7 +66,10 @@ class Source:
 
     def items(self) -> Iterator[Record | SkippedLine]:
         from snerd.eventlog.history import iter_history, read_records
+        from snerd.eventlog.storage import open_history
 
+        if isinstance(self.path, str):
+            return open_history(self.path)
         if self.path.is_dir():
             return iter_history(self.path)
         return read_records(self.path)
@@ -99,10 +102,13 @@ class Source:
             self.ambiguous[task_id] = None
 
 
-def open_source(path: Path) -> Source:
+def open_source(path: Path | str) -> Source:
     """The log(s) at ``path``; raises UsageProblem when there is nothing to read."""
     from snerd.errors import LogError
     from snerd.eventlog.history import history_files
+
+    if isinstance(path, str):  # a postgresql:// URL: the rows are read as they stream
+        return Source(path, [])
 
     if not path.exists():
         raise UsageProblem(f"{path} does not exist")
@@ -311,7 +317,7 @@ def render_summary(history: History, source: Source, at: float | None) -> None:
     when = f" as of {format_instant(at)}" if at is not None else ""
     files = f" ({len(source.files)} files)" if len(source.files) > 1 else ""
     out.print(
-        f"[bold]Replayed[/] {history.events:,} events from {source.path}{files}{when}: "
+        f"[bold]Replayed[/] {history.events:,} events from {kit.shown(source.path)}{files}{when}: "
         f"{len(source.skipped)} skipped line(s), {history.invalid} unusable record(s)",
         soft_wrap=True,
     )
@@ -429,31 +435,33 @@ def _opt(value: Any) -> str:
 
 
 @click.command("replay")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=kit.STORAGE)
 @click.option("--task", "task_id", metavar="ID", help="Show this task's full history.")
 @click.option("--at", "at_text", metavar="TIME",
               help="The state as of this instant (RFC 3339 or epoch seconds).")  # fmt: skip
 @click.option("--verify", is_flag=True, help="Check integrity; exit 1 if problems are found.")
 @kit.json_option
 def replay(
-    path: Path, task_id: str | None, at_text: str | None, verify: bool, as_json: bool
+    path: Path | str, task_id: str | None, at_text: str | None, verify: bool, as_json: bool
 ) -> None:
-    """Replay the log at PATH (a storage directory or a log file) and report."""
+    """Replay the log at PATH (a storage directory, a log file or a postgresql:// URL)
+    and report."""
+    shown = kit.shown(path)
     try:
         at = parse_at(at_text)
         source = open_source(path)
         history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time())
         if source.read == 0 and source.skipped:
-            raise UsageProblem(f"{path} is not a task log: none of its lines is a log record "
+            raise UsageProblem(f"{shown} is not a task log: none of its lines is a log record "
                                f"({len(source.skipped)} skipped)")  # fmt: skip
     except UsageProblem as exc:
         kit.fail(str(exc), code=2)
         return
     if task_id is not None and entry is None:
-        kit.fail(f"no task {task_id!r} in {path}", code=1)  # as cancel and dlq say it
+        kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
-    chained = verify_chain(source) if verify else None
+    chained = verify_chain(source) if verify and source.files else None
     if chained is not None:
         problems.extend(chain_rows(chained))
     if as_json:

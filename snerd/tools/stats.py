@@ -24,16 +24,16 @@ from snerd.tools import kit
 class Snapshot:
     """The queue as read from disk at one instant."""
 
-    storage: Path
+    storage: Path | str
     state: Any  # QueueState
     skipped: int
     now: float
 
 
-def load(storage: Path) -> Snapshot:
+def load(storage: Path | str) -> Snapshot:
     """Fold the live log of an existing storage (exit 1 when there is none)."""
     from snerd.eventlog.base import SkippedLine
-    from snerd.eventlog.history import read_records
+    from snerd.eventlog.storage import open_live
     from snerd.projections import bulk_fold
 
     storage = kit.existing_storage(storage)
@@ -41,7 +41,7 @@ def load(storage: Path) -> Snapshot:
 
     def records() -> Any:
         nonlocal skipped
-        for item in read_records(storage):
+        for item in open_live(storage):
             if isinstance(item, SkippedLine):
                 skipped += item.reason != "incomplete"
             else:
@@ -54,8 +54,7 @@ def collect(snap: Snapshot) -> dict[str, Any]:
     """Everything ``stats`` reports, JSON-ready: counts per status now, and the totals
     of every metric (events, e.g. ``failed_attempts``) since the log began."""
     from snerd.eventlog.base import SkippedLine
-    from snerd.eventlog.history import iter_history
-    from snerd.eventlog.layout import resolve
+    from snerd.eventlog.storage import describe, open_history
     from snerd.projections.views.stats import metric_totals, rate_groups
     from snerd.projections.views.status import DEAD_LETTERED, counts, status_of
 
@@ -67,21 +66,21 @@ def collect(snap: Snapshot) -> dict[str, Any]:
         by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
     limits: dict[str, int] = {}
     history = _noting_limits(
-        (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine)), limits
+        (r for r in open_history(snap.storage) if not isinstance(r, SkippedLine)), limits
     )
     totals = metric_totals(history)
-    layout = resolve(snap.storage)
+    where = describe(snap.storage)
     return {
-        "storage": str(snap.storage),
+        "storage": kit.shown(snap.storage),
         "counts": counts(state, now),
         "totals": totals,
         "types": {t: dict(c) for t, c in sorted(by_type.items())},
         "rate_groups": rate_groups(state, now, limits),
         "log": {
-            "path": str(layout.log_path),
-            "bytes": layout.log_path.stat().st_size,
+            "path": where["path"],
+            "bytes": where["bytes"],
             "skipped_lines": snap.skipped,
-            "archives": len(layout.archive_files()),
+            "archives": where["archives"],
             "last_seq": state.last_seq,
         },
     }

@@ -258,3 +258,35 @@ async def test_the_sdk_dashboard_reads_our_log(queue: Any, tmp_path: Path) -> No
     assert tasks["waiting"]["status"] in ("active", "queued")
     assert stats == {"enqueued": 3, "processed": 1, "failed": 1}
     assert {r["taskId"] for r in read_log(tmp_path / "store") if "taskId" in r} >= set(tasks)
+
+
+async def test_the_sdk_spawns_our_daemon_with_a_postgresql_url_as_storage(
+    tmp_path: Path,
+) -> None:
+    import pgkit
+
+    pgkit.require_pg()
+    name = pgkit.fresh_queue()
+    url = pgkit.queue_url(name)
+    q = SnerdQueue(binary_path=binary(tmp_path), storage_path=url)
+    seen: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def handle(data: Any) -> None:
+        await seen.put(data)
+
+    try:
+        q.register_handler("pg_job", handle)
+        await q.start_listening()
+        await asyncio.wait_for(q.enqueue("pg-1", "pg_job", {"n": 1}), WAIT)
+        assert await asyncio.wait_for(seen.get(), WAIT) == {"n": 1}
+    finally:
+        await asyncio.wait_for(q.shutdown(), 40)
+    try:
+        from snerd.eventlog.postgres.history import iter_pg_history
+
+        events = [r.get("event") for r in iter_pg_history(url)
+                  if isinstance(r, dict) and r.get("taskId", r.get("task")) == "pg-1"]
+        assert events[0] == "enqueued" and "succeeded" in events, events
+        assert not Path("postgresql:").exists()  # the URL was not taken for a path
+    finally:
+        pgkit.drop_queue(name)

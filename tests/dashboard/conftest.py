@@ -17,15 +17,29 @@ from snerd.dispatcher.engine import Engine
 MakeClient = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 
 
-@pytest.fixture
-async def storage(tmp_path: Path) -> Path:
-    path = tmp_path / "store"
-    await seed_storage(path)
-    return path
+@pytest.fixture(params=["file", "postgres"])
+async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Path | str]:
+    """The seeded queue: a storage dir, or a queue in PostgreSQL (the API reads its
+    stored history from the database alike)."""
+    if request.param == "file":
+        path = tmp_path / "store"
+        await seed_storage(path)
+        yield path
+        return
+    import pgkit
+
+    pgkit.require_pg()
+    queue = pgkit.fresh_queue()
+    try:
+        url = pgkit.queue_url(queue)
+        await seed_storage(url)
+        yield url
+    finally:
+        pgkit.drop_queue(queue)
 
 
 @pytest.fixture
-async def engine(storage: Path) -> AsyncIterator[Engine]:
+async def engine(storage: Path | str) -> AsyncIterator[Engine]:
     eng = reader_engine(storage)
     await eng.start()
     yield eng

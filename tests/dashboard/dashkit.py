@@ -118,6 +118,11 @@ def seed_records(now: float | None = None) -> list[Record]:
 def reader_engine(storage: Path | str) -> Engine:
     """The read-only engine ``snerdmq dashboard`` runs: follows the log, claims nothing."""
     config = EngineConfig(daemon_id="dashboard-test", compact_min_bytes=1 << 62)
+    if isinstance(storage, str) and storage.startswith("postgresql://"):
+        from snerd.eventlog.postgres.log import PostgresLog
+
+        return Engine(PostgresLog(storage, fsync=False, poll_interval=0.02), executors=[],
+                      config=config)  # fmt: skip
     return Engine(FileLog(storage, fsync=False, poll_interval=0.02), executors=[], config=config)
 
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,16 +9,25 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from logkit import Backend, FileBackend, MemoryBackend, OpenLog, Recorder
+import pgkit
+from logkit import Backend, FileBackend, MemoryBackend, OpenLog, PostgresBackend, Recorder
 
 from snerd.eventlog.base import EventLog
 
 
-@pytest.fixture(params=["memory", "file"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+@pytest.fixture(params=["memory", "file", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "memory":
-        return MemoryBackend()
-    return FileBackend(tmp_path / "storage")
+        yield MemoryBackend()
+    elif request.param == "file":
+        yield FileBackend(tmp_path / "storage")
+    else:
+        pgkit.require_pg()
+        pg = PostgresBackend()
+        try:
+            yield pg
+        finally:
+            pg.drop()
 
 
 @pytest.fixture

@@ -118,6 +118,34 @@ class FileBackend(Backend):
             f.write(raw)
 
 
+class PostgresBackend(Backend):
+    """Logs on one fresh PostgreSQL queue (dropped by :meth:`drop`)."""
+
+    name = "postgres"
+
+    def __init__(self) -> None:
+        import pgkit
+
+        self.queue = pgkit.fresh_queue()
+        self.url = pgkit.queue_url(self.queue)
+
+    def new(self, **kwargs: Any) -> EventLog:
+        from snerd.eventlog.postgres.log import PostgresLog
+
+        kwargs.setdefault("fsync", False)
+        return PostgresLog(self.url, **kwargs)
+
+    def inject(self, raw: bytes) -> None:
+        import pgkit
+
+        pgkit.inject(self.queue, raw)
+
+    def drop(self) -> None:
+        import pgkit
+
+        pgkit.drop_queue(self.queue)
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"

@@ -1,0 +1,111 @@
+"""The full history of a queue in PostgreSQL: every archive, then the live log.
+
+The same items, in the same order, as :func:`snerd.eventlog.iter_history` gives for a
+storage dir (the rows hold the same lines); blocking, for the tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+from snerd.eventlog.base import Record, SkippedLine
+from snerd.eventlog.codec import decode_complete
+from snerd.eventlog.history import merge_history
+from snerd.eventlog.postgres.connect import connect_sync, unavailable
+from snerd.eventlog.postgres.schema import SCHEMA
+from snerd.eventlog.postgres.url import parse
+
+Item = Record | SkippedLine
+CHUNK = 10_000
+
+_ARCHIVES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s ORDER BY name"
+_ARCHIVE = (
+    f"SELECT pos, line FROM {SCHEMA}.archive_log WHERE queue = %s AND name = %s AND pos > %s"
+    f" ORDER BY pos LIMIT {CHUNK}"
+)
+_LIVE = (
+    f"SELECT pos, line FROM {SCHEMA}.log WHERE queue = %s AND pos > %s"
+    f" ORDER BY pos LIMIT {CHUNK}"
+)
+
+
+def iter_pg_history(url: str) -> Iterator[Item]:
+    """Every record once (and every skipped line) of the queue ``url`` names."""
+    target = parse(url)
+    try:
+        with connect_sync(target) as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot
+            names = [r[0] for r in conn.execute(_ARCHIVES, (target.queue,))]
+            files = [_rows(conn, _ARCHIVE, (target.queue, name)) for name in names]
+            files.append(_rows(conn, _LIVE, (target.queue,)))
+            yield from merge_history(files)
+    except psycopg.Error as exc:
+        raise unavailable(target, exc) from exc
+
+
+def live_records(url: str) -> Iterator[Item]:
+    """The live log of the queue ``url`` names (what ``read_records`` is for a dir)."""
+    target = parse(url)
+    try:
+        with connect_sync(target) as conn:
+            yield from _rows(conn, _LIVE, (target.queue,))
+    except psycopg.Error as exc:
+        raise unavailable(target, exc) from exc
+
+
+def _rows(conn: psycopg.Connection[Any], query: str, args: tuple[Any, ...]) -> Iterator[Item]:
+    """The items of one log's rows, fetched in chunks, decoded like a file's lines."""
+    pos, offset = 0, 0
+    while True:
+        rows = conn.cursor(binary=True).execute(query, (*args, pos)).fetchall()
+        if not rows:
+            return
+        data = b"".join(bytes(r[1]) for r in rows)
+        decoded = decode_complete(data, offset)
+        offset += len(data)
+        pos = int(rows[-1][0])
+        start = 0
+        for before, skipped in decoded.skipped:
+            yield from decoded.records[start:before]
+            start = before
+            yield skipped
+        yield from decoded.records[start:]
+        if len(rows) < CHUNK:
+            return
+
+
+def describe(url: str) -> tuple[bool, int, int]:
+    """(whether the queue exists, bytes of its live log, number of archives)."""
+    target = parse(url)
+    try:
+        with connect_sync(target) as conn:
+            if conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.queues",)).fetchone() == (None,):
+                return False, 0, 0
+            row = conn.execute(_DESCRIBE, (target.queue,) * 3).fetchone()
+    except psycopg.Error as exc:
+        raise unavailable(target, exc) from exc
+    assert row is not None
+    return bool(row[0]), int(row[1]), int(row[2])
+
+
+_DESCRIBE = (
+    f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.queues WHERE queue = %s),"
+    f" (SELECT coalesce(sum(length(line)), 0) FROM {SCHEMA}.log WHERE queue = %s),"
+    f" (SELECT count(*) FROM {SCHEMA}.archives WHERE queue = %s)"
+)
+
+
+def raw_lines(conn: psycopg.Connection[Any], queue: str, archive: str | None) -> list[bytes]:
+    """The lines, as stored, of the live log (``archive`` None) or of one archive."""
+    query, args = (_LIVE, (queue,)) if archive is None else (_ARCHIVE, (queue, archive))
+    out: list[bytes] = []
+    pos = 0
+    while True:
+        rows = conn.cursor(binary=True).execute(query, (*args, pos)).fetchall()
+        out.extend(bytes(r[1]) for r in rows)
+        if len(rows) < CHUNK:
+            return out
+        pos = int(rows[-1][0])

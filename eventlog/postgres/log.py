@@ -1,0 +1,429 @@
+"""The event log in a PostgreSQL table, shared by daemons on any number of machines.
+
+Contract (normative text in ``specs/log-storage.md`` §12):
+
+* A group-commit batch is one transaction: ``BEGIN``, the queue's advisory
+  transaction lock, catch-up from the last line read, the commands, one ``INSERT``
+  of their lines with consecutive ``pos``, ``NOTIFY``, ``COMMIT``. An ack means
+  committed; a non-durable batch commits with ``synchronous_commit = off``.
+* Reads need no lock: one statement (one snapshot) returns the queue's generation
+  and the lines after the last one read. A new generation (compaction elsewhere)
+  resets the listener and replays.
+* Followers ``LISTEN``; a slow poll covers lost notifications and reconnections.
+* A lost connection is a storage fault (``specs/log-storage.md`` §4.1): the batch in
+  flight fails with :class:`StorageUnavailable` (its commit may or may not have
+  happened), then the log reconnects with backoff and replays from the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from snerd.errors import LogError
+from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
+from snerd.eventlog.batching import BatchingLog
+from snerd.eventlog.codec import decode_complete
+from snerd.eventlog.compaction import snapshot_header, snapshot_lines
+from snerd.eventlog.layout import archive_name, to_prune
+from snerd.eventlog.postgres import sql
+from snerd.eventlog.postgres.connect import (
+    connect,
+    connect_sync,
+    ensure_schema,
+    unavailable,
+)
+from snerd.eventlog.postgres.schema import CHANNEL, lock_key, notify_payload, parse_payload
+from snerd.eventlog.postgres.url import PgTarget, parse
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+"""The fallback poll of a follower: it catches up at least this often."""
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """Where a compaction's snapshot was taken: everything delivered up to here."""
+
+    pos: int
+    byte_pos: int
+    last_seq: int
+    epoch: int
+    records: int
+    skipped: int
+    chain_head: bytes
+
+
+class PostgresLog(BatchingLog):
+    """An :class:`EventLog` over the ``snerd.log`` rows of one queue.
+
+    ``url`` is ``postgresql://user@host:port/db?queue=name`` (see
+    :mod:`snerd.eventlog.postgres.url`). ``follow=False`` disables the background
+    follower (then only :meth:`catch_up` and :meth:`transact` read others' appends).
+    ``fsync=False`` makes every batch non-durable (tests, benchmarks).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        fsync: bool = True,
+        follow: bool = True,
+        poll_interval: float = POLL_SECONDS,
+        chain_key: bytes | None = None,
+    ) -> None:
+        super().__init__(chain_key=chain_key)
+        self.url = url
+        """The storage URL as given (it may hold a password: never print it; the
+        printable form is ``target.display``)."""
+        self.target: PgTarget = parse(url)
+        self.queue = self.target.queue
+        self._key = lock_key("log", self.queue)
+        self._token = secrets.token_hex(6)  # tells our own notifications from others'
+        self._fsync_on = fsync
+        self._follow_on = follow
+        self._poll = poll_interval
+        self._conn: Conn | None = None
+        self._listen: Conn | None = None
+        self._pos = 0  # lines read (the pos of the last one)
+        self._byte_pos = 0  # bytes read, for SkippedLine offsets and stats
+        self._generation = -1  # the queue's compaction generation, as last read
+        self._epoch = 0  # bumped whenever what we read is replaced (reset, replay, compaction)
+        self._background: set[asyncio.Task[None]] = set()
+        self._staged: list[bytes] = []
+        self._in_txn = False
+        self._mutex = asyncio.Lock()
+        self._compact_lock = asyncio.Lock()
+        self._follower: asyncio.Task[None] | None = None
+        self._closed: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def open(self, listener: LogListener) -> None:
+        """Create our schema if needed, replay the queue's log, then follow it."""
+        if self._listener is not None or self._closing:
+            raise LogError("a PostgresLog can be opened only once")
+        try:
+            self._conn = await connect(self.target)
+            await ensure_schema(self._conn, self.queue)
+        except (StorageUnavailable, psycopg.Error) as exc:
+            await self._drop_connections()
+            raise LogError(f"cannot open log {self.target.display}: {exc}") from exc
+        self._listener = listener
+        async with self._mutex:
+            await self._sync()
+        if self._follow_on:
+            self._follower = asyncio.get_running_loop().create_task(self._follow())
+
+    async def close(self) -> None:
+        """Finish queued transactions, make them durable, stop following, disconnect."""
+        if self._closed is not None:
+            await asyncio.shield(self._closed)
+            return
+        self._closed = asyncio.get_running_loop().create_future()
+        try:
+            if self._unsynced and self._failure is None and self._listener is not None:
+                with contextlib.suppress(LogError):  # what was committed lands before we go
+                    await self.sync()
+            self._closing = True
+            await self._wait_writer()
+            if self._sync_timer is not None:
+                self._sync_timer.cancel()
+                self._sync_timer = None
+            if self._follower is not None:
+                self._follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._follower
+            async with self._compact_lock, self._mutex:
+                await self._drop_connections()
+        finally:
+            self._closing = True
+            self._closed.set_result(None)
+
+    async def _drop_connections(self) -> None:
+        for conn in (self._conn, self._listen):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+        self._conn = self._listen = None
+
+    def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
+                       now_ms: int) -> int:  # fmt: skip
+        """Blocking (the engine runs it in a thread): its own short connection."""
+        try:
+            with connect_sync(self.target) as conn, conn.transaction():
+                rows = conn.execute(sql.ARCHIVE_SIZES, (self.queue,)).fetchall()
+                known = [(int(ts), int(size)) for _, ts, size in rows]
+                n = to_prune(known, max_age_ms=max_age_ms, max_bytes=max_bytes, now_ms=now_ms)
+                for name, _, _ in rows[:n]:
+                    conn.execute(sql.DROP_ARCHIVE, (self.queue, name))
+                return n
+        except psycopg.Error as exc:
+            raise unavailable(self.target, exc) from exc
+
+    def history(self) -> Iterator[Record]:
+        """Every stored record (archives, then the live rows), each once; blocking."""
+        from snerd.eventlog.postgres.history import iter_pg_history
+
+        for item in iter_pg_history(self.url):
+            if not isinstance(item, SkippedLine):
+                yield item
+
+    def stats(self) -> LogStats:
+        return LogStats(
+            self.target.display, self._byte_pos, self._records, self._skipped, self._last_seq
+        )
+
+    # --------------------------------------------------------------- reading
+
+    def _lost(self, exc: BaseException) -> StorageUnavailable:
+        """A database call failed: forget the connection (the replay reconnects)."""
+        conn, self._conn = self._conn, None
+        self._in_txn = False
+        if conn is not None and not conn.closed:
+            task = asyncio.get_running_loop().create_task(_close_quietly(conn))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return unavailable(self.target, exc)
+
+    def _connection(self) -> Conn:
+        if self._conn is None or self._conn.closed:
+            raise StorageUnavailable(f"PostgreSQL {self.target.display}: not connected")
+        return self._conn
+
+    async def _sync(self, rows: list[tuple[Any, ...]] | None = None) -> int:
+        """Catch up (holding ``_mutex``): follow a compaction, then read new lines.
+        ``rows``: the first read's result when the caller already has it."""
+        conn = self._connection()
+        delivered = 0
+        while True:
+            if rows is None:
+                try:
+                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
+                    rows = await cur.fetchall()
+                except psycopg.Error as exc:
+                    raise self._lost(exc) from exc
+            read, more = self._take_rows(rows)
+            delivered += read
+            if not more:
+                return delivered
+            rows = None
+            await asyncio.sleep(0)  # a long replay must not starve the event loop
+
+    def _read_args(self) -> dict[str, Any]:
+        return {"pos": self._pos, "queue": self.queue}
+
+    def _take_rows(self, rows: list[tuple[Any, ...]]) -> tuple[int, bool]:
+        """Deliver one read's lines; return (records delivered, whether to read again)."""
+        generation = int(rows[0][0]) if rows else 0
+        if generation != self._generation:
+            if self._generation >= 0:
+                self._reset()
+                self._epoch += 1
+            self._generation = generation
+            if self._pos:  # compacted elsewhere: read the new log from its start
+                self._pos = self._byte_pos = 0
+                return 0, True
+        lines = [bytes(r[2]) for r in rows if r[1] is not None]
+        if not lines:
+            return 0, False
+        data = b"".join(lines)
+        self._pos = int(rows[-1][1])
+        offset, self._byte_pos = self._byte_pos, self._byte_pos + len(data)
+        return self._deliver_decoded(decode_complete(data, offset)), len(lines) == sql.READ_BATCH
+
+    async def _replay_all(self) -> None:
+        """After a storage fault: reconnect, reset the listener and replay everything
+        (the last batch's commit may or may not have happened: the database says)."""
+        async with self._mutex:
+            if self._closing:
+                return
+            if self._conn is None or self._conn.closed:
+                self._conn = await connect(self.target)
+            self._pos = self._byte_pos = 0
+            self._generation = -1
+            self._epoch += 1
+            self._reset()
+            await self._sync()
+
+    async def catch_up(self) -> int:
+        self._check_usable()
+        async with self._mutex:
+            self._check_usable()
+            return await self._sync()
+
+    async def _follow(self) -> None:
+        """Background task: wake on NOTIFY (or every ``poll_interval``) and catch up,
+        until closed or failed; after a fault, replay when due."""
+        backoff = 0.05
+        while not self._closing and self._failure is None:
+            if self._stale:
+                await asyncio.sleep(max(0.0, self._next_replay - self.monotonic()))
+                await self._recover_if_due()
+                continue
+            try:
+                await self._wait_notified()
+                backoff = 0.05
+            except (psycopg.Error, StorageUnavailable) as exc:
+                await _close_quietly(self._listen)
+                self._listen = None
+                log.warning("LISTEN connection lost (%s); polling, reconnecting in %.2fs",
+                            unavailable(self.target, exc), backoff)  # fmt: skip
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            try:
+                await self.catch_up()
+            except StorageUnavailable as exc:
+                if not self._closing and not self._stale:
+                    self._enter_fault(exc)
+            except LogError as exc:
+                if not self._closing:
+                    log.error("log follower stopped: %s", exc)
+                return
+
+    async def _wait_notified(self) -> None:
+        """Return when another writer notified about this queue, or after the poll."""
+        if self._listen is None or self._listen.closed:
+            self._listen = await connect(self.target)
+            await self._listen.execute(f"LISTEN {CHANNEL}")
+            return  # catch up on what was written while we were not listening
+        async for note in self._listen.notifies(timeout=self._poll):
+            queue, token = parse_payload(note.payload)
+            if queue == self.queue and token != self._token:
+                return
+
+    # --------------------------------------------------------------- writing
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """One transaction holding the queue's lock, caught up, for the block."""
+        async with self._mutex:
+            conn = self._connection()
+            try:  # one round trip: begin, wait for the lock, read what came before us
+                async with conn.pipeline():
+                    await conn.execute("BEGIN")
+                    await conn.execute(sql.LOCK, (self._key,))
+                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
+                rows = await cur.fetchall()
+            except psycopg.Error as exc:
+                raise self._lost(exc) from exc
+            self._in_txn = True
+            try:
+                await self._sync(rows)
+                yield
+            finally:
+                if self._in_txn:  # nothing was committed: end the transaction
+                    self._in_txn = False
+                    try:
+                        await conn.execute("ROLLBACK")
+                    except psycopg.Error as exc:
+                        self._lost(exc)
+
+    def _stage(self, lines: list[bytes]) -> None:
+        self._staged.extend(lines)
+
+    async def _flush(self, durable: bool) -> None:
+        lines, self._staged = self._staged, []
+        conn = self._connection()
+        try:
+            async with conn.pipeline():
+                if not (durable and self._fsync_on):
+                    await conn.execute(sql.ASYNC_COMMIT)
+                if lines:
+                    await conn.execute(sql.INSERT, (self.queue, self._pos, lines))
+                    await conn.execute(sql.NOTIFY, (CHANNEL, notify_payload(self.queue,
+                                                                            self._token)))
+                else:
+                    await conn.execute(sql.TOUCH_XID)
+                await conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise self._lost(exc) from exc
+        self._in_txn = False
+        self._pos += len(lines)
+        self._byte_pos += sum(map(len, lines))
+
+    # ------------------------------------------------------------ compaction
+
+    async def compact(self, snapshot: Iterable[Record]) -> None:
+        """Replace the live rows by header + snapshot + the rows after the point, in one
+        transaction; the old rows move to ``snerd.archive_log``. Abandoned silently if
+        the log was compacted elsewhere (or replayed) meanwhile."""
+        self._check_usable()
+        if self.degraded or self._fault is not None:
+            log.info("compaction skipped while recovering from: %s", self._fault)
+            return
+        point = _Point(
+            self._pos + len(self._staged),
+            self._byte_pos + sum(map(len, self._staged)),
+            self._last_seq, self._epoch, self._records, self._skipped,
+            self._chain_head,
+        )  # fmt: skip
+        records = list(snapshot)
+        async with self._compact_lock:
+            if self._epoch != point.epoch or self._closing:
+                return
+            try:
+                async with self._exclusive():
+                    if self._epoch != point.epoch:
+                        return  # someone else compacted first; our snapshot is stale
+                    await self._compact_locked(point, records)
+            except StorageUnavailable as exc:
+                raise LogError(f"compaction of {self.target.display} failed: {exc}") from exc
+
+    async def _compact_locked(self, point: _Point, records: list[Record]) -> None:
+        conn = self._connection()
+        ts = time.time_ns() // 1_000_000
+        try:
+            cur = await conn.execute(sql.ARCHIVE_NAMES, (self.queue, ts))
+            taken = {row[0] for row in await cur.fetchall()}
+            name, n = archive_name(ts, point.last_seq), 0
+            while name in taken:
+                n += 1
+                name = archive_name(ts, point.last_seq, n)
+            origin = self.chain.tag.decode() + point.chain_head.hex()
+            header = snapshot_header(point.last_seq, ts, name, len(records), origin)
+            lines = list(snapshot_lines(header, records, self.chain, point.chain_head))
+            async with conn.pipeline():
+                await conn.execute(sql.ARCHIVE_HEAD, (self.queue, name, ts, self._byte_pos))
+                await conn.execute(sql.ARCHIVE_LINES, (name, self.queue))
+                await conn.execute(sql.CLEAR, (self.queue,))
+                await conn.execute(sql.INSERT, (self.queue, 0, lines))
+                await conn.execute(sql.COPY_TAIL, (point.pos, len(lines), self.queue, name,
+                                                   point.pos))  # fmt: skip
+                bumped = await conn.execute(sql.BUMP, (self.queue,))
+                await conn.execute(sql.NOTIFY, (CHANNEL, notify_payload(self.queue, "")))
+                await conn.execute("COMMIT")
+            row = await bumped.fetchone()
+        except psycopg.Error as exc:
+            raise self._lost(exc) from exc
+        self._in_txn = False
+        assert row is not None
+        self._adopt(point, lines, int(row[0]))
+
+    def _adopt(self, point: _Point, lines: list[bytes], generation: int) -> None:
+        """Continue on the rows we just installed, at their end, without a reset."""
+        tail_lines = self._pos - point.pos
+        tail_bytes = self._byte_pos - point.byte_pos
+        self._generation = generation
+        self._epoch += 1
+        self._pos = len(lines) + tail_lines
+        self._byte_pos = sum(map(len, lines)) + tail_bytes
+        self._records = len(lines) + self._records - point.records
+        self._skipped -= point.skipped
+
+
+async def _close_quietly(conn: Conn | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            await conn.close()

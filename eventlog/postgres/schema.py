@@ -1,0 +1,106 @@
+"""Our tables in PostgreSQL, created on first use (``specs/log-storage.md`` §12).
+
+=========================  ====================================================
+``snerd.version``          the schema version (one row), for later migrations
+``snerd.queues``           one row per queue: its compaction ``generation``
+``snerd.log``              the live log: ``(queue, pos)`` -> ``line`` (bytes of a log line)
+``snerd.archives``         one row per compaction: archive name, time, size
+``snerd.archive_log``      the lines of each archived log, as ``snerd.log`` held them
+``snerd.daemons``          daemons that held a liveness lock on a queue
+=========================  ====================================================
+
+``pos`` numbers the lines of the live log 1, 2, ... (a compaction renumbers them);
+``line`` is exactly the bytes FileLog writes, newline included, so both backends
+hold the same records and checksums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from snerd.errors import LogError
+
+SCHEMA = "snerd"
+VERSION = 1
+CHANNEL = "snerd_log"
+"""The NOTIFY channel; the payload names the queue (see :func:`notify_payload`)."""
+
+_DDL = f"""
+CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+CREATE TABLE IF NOT EXISTS {SCHEMA}.version (
+    version integer NOT NULL,
+    installed_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.queues (
+    queue text PRIMARY KEY,
+    generation bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.log (
+    queue text NOT NULL,
+    pos bigint NOT NULL,
+    line bytea NOT NULL,
+    PRIMARY KEY (queue, pos)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.archives (
+    queue text NOT NULL,
+    name text NOT NULL,
+    ts_ms bigint NOT NULL,
+    bytes bigint NOT NULL,
+    PRIMARY KEY (queue, name)
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.archive_log (
+    queue text NOT NULL,
+    name text NOT NULL,
+    pos bigint NOT NULL,
+    line bytea NOT NULL,
+    PRIMARY KEY (queue, name, pos),
+    FOREIGN KEY (queue, name) REFERENCES {SCHEMA}.archives ON DELETE CASCADE
+);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.daemons (
+    queue text NOT NULL,
+    daemon_id text NOT NULL,
+    since timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, daemon_id)
+);
+"""
+
+SETUP: list[str] = [
+    "SELECT pg_advisory_xact_lock(%(key)s)",  # first users race: one creates, others wait
+    *[s.strip() for s in _DDL.split(";") if s.strip()],
+    f"INSERT INTO {SCHEMA}.version (version) SELECT %(version)s"
+    f" WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.version)",
+]
+"""Statements run in one transaction on first use (parameters: :func:`setup_params`)."""
+
+SELECT_VERSION = f"SELECT max(version) FROM {SCHEMA}.version"
+ADD_QUEUE = f"INSERT INTO {SCHEMA}.queues (queue) VALUES (%s) ON CONFLICT DO NOTHING"
+
+
+def setup_params() -> dict[str, int]:
+    return {"key": lock_key("schema", SCHEMA), "version": VERSION}
+
+
+def check_version(found: int | None) -> None:
+    """Refuse a schema written by a newer snerd (it may hold what we would misread)."""
+    if found is not None and found > VERSION:
+        raise LogError(
+            f"the {SCHEMA} schema is at version {found}; this snerd knows version {VERSION}"
+            " (upgrade snerd)"
+        )
+
+
+def lock_key(kind: str, *names: str) -> int:
+    """A signed 64-bit advisory lock key for ``kind`` and ``names`` (stable across
+    processes and machines: a hash, not Python's salted ``hash``)."""
+    data = "\0".join((SCHEMA, kind, *names)).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big", signed=True)
+
+
+def notify_payload(queue: str, token: str) -> str:
+    """What a writer NOTIFYs after a commit: the queue and the writer's instance token."""
+    return f"{queue} {token}"
+
+
+def parse_payload(payload: str) -> tuple[str, str]:
+    queue, _, token = payload.partition(" ")
+    return queue, token

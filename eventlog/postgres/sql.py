@@ -1,0 +1,46 @@
+"""The statements of :class:`~snerd.eventlog.postgres.log.PostgresLog` (all parameterized)."""
+
+from __future__ import annotations
+
+from snerd.eventlog.postgres.schema import SCHEMA
+
+READ_BATCH = 10_000
+"""Rows fetched per catch-up query."""
+
+LOCK = "SELECT pg_advisory_xact_lock(%s)"
+READ = (
+    f"SELECT q.generation, l.pos, l.line FROM {SCHEMA}.queues q"
+    f" LEFT JOIN LATERAL (SELECT pos, line FROM {SCHEMA}.log"
+    f"   WHERE queue = q.queue AND pos > %(pos)s ORDER BY pos LIMIT {READ_BATCH}) l ON true"
+    " WHERE q.queue = %(queue)s ORDER BY l.pos"
+)
+"""The queue's generation and the next lines after ``pos``, in one snapshot."""
+
+INSERT = (
+    f"INSERT INTO {SCHEMA}.log (queue, pos, line)"
+    " SELECT %s, %s + t.n, t.line FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(line, n)"
+)
+NOTIFY = "SELECT pg_notify(%s, %s)"
+TOUCH_XID = "SELECT pg_current_xact_id()"
+"""Gives an empty transaction an id, so that its commit waits for the WAL to reach disk:
+a durable "sync" of the lines committed earlier with ``synchronous_commit = off``."""
+ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+
+ARCHIVE_NAMES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s AND ts_ms = %s"
+ARCHIVE_HEAD = f"INSERT INTO {SCHEMA}.archives (queue, name, ts_ms, bytes) VALUES (%s, %s, %s, %s)"
+ARCHIVE_LINES = (
+    f"INSERT INTO {SCHEMA}.archive_log (queue, name, pos, line)"
+    f" SELECT queue, %s, pos, line FROM {SCHEMA}.log WHERE queue = %s"
+)
+CLEAR = f"DELETE FROM {SCHEMA}.log WHERE queue = %s"
+COPY_TAIL = (
+    f"INSERT INTO {SCHEMA}.log (queue, pos, line)"
+    f" SELECT queue, pos - %s + %s, line FROM {SCHEMA}.archive_log"
+    " WHERE queue = %s AND name = %s AND pos > %s"
+)
+BUMP = (
+    f"UPDATE {SCHEMA}.queues SET generation = generation + 1 WHERE queue = %s"
+    " RETURNING generation"
+)
+ARCHIVE_SIZES = f"SELECT name, ts_ms, bytes FROM {SCHEMA}.archives WHERE queue = %s ORDER BY name"
+DROP_ARCHIVE = f"DELETE FROM {SCHEMA}.archives WHERE queue = %s AND name = %s"
