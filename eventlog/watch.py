@@ -29,6 +29,10 @@ SAFETY_INTERVAL = 1.0
 on a shared network volume, and a missed event must not stall a follower forever."""
 
 
+_READ_BYTES = 1 << 16
+"""Raw inotify events read per wake-up (what is left wakes the loop again)."""
+
+
 class Watcher(Protocol):
     """Something a follower awaits between checks of the log."""
 
@@ -69,6 +73,7 @@ class InotifyWatcher:
     ) -> None:
         assert inotify_simple is not None
         self._name = name
+        self._needle = os.fsencode(name) + b"\0"
         self._worth_waking = worth_waking
         self._safety = safety_interval
         self._loop = asyncio.get_running_loop()
@@ -80,13 +85,18 @@ class InotifyWatcher:
         self._loop.add_reader(self._fd, self._on_readable)
 
     def _on_readable(self) -> None:
+        # The raw events, not parsed: a name is NUL-terminated (and NUL-padded) in its
+        # event, so whether ours is among them is one search. A false match only wakes
+        # the follower, which checks the file itself.
         try:
-            events = self._inotify.read(timeout=0)
-        except OSError:  # the descriptor went away under us: fall back to waking
-            events = None
-        if events is not None and not any(e.name == self._name for e in events):
+            raw: bytes | None = os.read(self._fd, _READ_BYTES)
+        except BlockingIOError:  # drained already
             return
-        if events is not None and self._worth_waking is not None and not self._worth_waking():
+        except OSError:  # the descriptor went away under us: fall back to waking
+            raw = None
+        if raw is not None and self._needle not in raw:
+            return
+        if raw is not None and self._worth_waking is not None and not self._worth_waking():
             return
         self._event.set()
 

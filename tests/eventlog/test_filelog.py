@@ -188,6 +188,23 @@ async def test_inotify_is_used_on_linux(file_log: Opener) -> None:
     assert isinstance(log._watcher, watch.InotifyWatcher)
 
 
+async def test_inotify_wakes_only_for_the_watched_name(tmp_path: Path) -> None:
+    """Writes to other files of the directory (a lock, a temp, a longer name ending in
+    ours) do not wake the follower; a write to the log does."""
+    if not watch.INOTIFY_AVAILABLE:
+        pytest.skip("no inotify here")
+    watcher = watch.InotifyWatcher(tmp_path, "tasks.log", safety_interval=3600)
+    try:
+        for other in ("tasks.lock", ".tasks.log.compact-1.tmp", "old-tasks.log.bak"):
+            (tmp_path / other).write_bytes(b"x")
+            watcher._on_readable()  # what the loop runs when the descriptor is readable
+            assert not watcher._event.is_set(), other
+        (tmp_path / "tasks.log").write_bytes(b"x")
+        await asyncio.wait_for(watcher.wait(), 5)  # woken by the kernel's event
+    finally:
+        watcher.close()
+
+
 async def test_processes_appending_at_once_never_collide(storage: Path, file_log: Opener) -> None:
     log, rec = await file_log()
 
@@ -353,3 +370,38 @@ async def test_durable_appends_fsync_and_compaction_fsyncs_dirs(
     assert len(synced) == 1
     await log.compact(rec.snapshot())
     assert len(synced) >= 4  # snapshot, tail, tasks dir, archive dir
+
+
+async def test_fsyncs_run_inline_unless_the_disk_is_slow(
+    storage: Path, file_log: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fast fsyncs run on the loop thread (no hand-off); once fsyncs themselves take
+    longer than INLINE_FSYNC_SECONDS on average they move to the pool, and come back
+    when the disk is fast again. The average is of the fsync alone (the fake's figure)."""
+    import threading
+
+    from snerd.eventlog import filelog
+
+    took = [0.0001]
+    threads: list[bool] = []  # True: ran on the loop's thread
+
+    def fake(fd: int) -> float:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return took[0]
+
+    monkeypatch.setattr(filelog, "_timed_fsync", fake)
+    log, _ = await file_log(fsync=True)
+
+    async def appends(n: int) -> list[bool]:
+        del threads[:]
+        for i in range(n):
+            await log.append([{"event": "x", "i": i}])
+        return list(threads)
+
+    assert await appends(5) == [True] * 5
+    took[0] = 0.05  # a slow disk: after one inline sync the average passes the bound
+    ran = await appends(5)
+    assert ran[0] is True and ran[1:] == [False] * 4
+    took[0] = 0.0001  # fast again: the average decays below the bound, then inline
+    ran = await appends(30)
+    assert ran[0] is False and ran[-1] is True
