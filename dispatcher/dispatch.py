@@ -20,7 +20,8 @@ from snerd.errors import LogError
 from snerd.eventlog.base import Record
 from snerd.projections.commands import Claim, FailThrough
 from snerd.projections.decide import decide, owns
-from snerd.projections.plan import Plan, plan
+from snerd.projections.delta import Delta
+from snerd.projections.plan import Plan, idle, plan
 from snerd.projections.state import QueueState
 from snerd.projections.task import Task
 
@@ -64,9 +65,18 @@ class Dispatcher:
         """Look again: something may have become runnable."""
         self._wake.set()
 
+    def nudge(self, state: QueueState, delta: Delta | None = None) -> None:
+        """:meth:`wake`, unless a pass would find nothing in ``state`` now (the pure
+        :func:`~snerd.projections.plan.idle`) and there is no new timer to arm
+        (``delta.delayed``): an idle queue finishing a task costs no pass."""
+        if (delta is not None and delta.delayed) or not idle(state, self.engine.clock.now()):
+            self._wake.set()
+
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()
+            if not self._wake.is_set():  # settled since: a plan under the lock took it all
+                continue
             self._wake.clear()
             try:
                 await self._pass()

@@ -177,7 +177,7 @@ class Engine:
         if delta.progress:
             self.notifier.progress(self.state, delta.progress, self.runs)
         if delta.wakes_dispatch:
-            self.dispatcher.wake()
+            self.dispatcher.nudge(self.state, delta)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -481,7 +481,7 @@ class Engine:
             run.timer.cancel()
         if not self.runs:
             self._idle.set()
-        self.dispatcher.wake()
+        self.dispatcher.nudge(self.state)  # a slot freed: useful if something waits
         self.changed.set()
 
     def adopt(self, run: Run) -> None:

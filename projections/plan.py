@@ -37,6 +37,16 @@ def due(state: QueueState, now: float) -> QueueState:
     return advance(state, now)[0]
 
 
+def idle(state: QueueState, now: float) -> bool:
+    """Whether a plan at ``now`` could propose nothing but a time to wake: no READY task
+    (one waiting for a slot, a pool or a rate window is READY too), no timer due by
+    ``now``, no blocked child of a dead-lettered parent."""
+    if state.lanes or state.doomed:
+        return False
+    timer = heap.top(state.timers)
+    return timer is None or timer[0] > now
+
+
 def plan(
     state: QueueState,
     now: float,
@@ -55,10 +65,9 @@ def plan(
     ``gone`` names daemons whose claims are to be released (known dead); with
     ``leases`` (no liveness facility), only those of their claims whose lease ran out.
     """
-    if not state.lanes and not state.doomed and not gone:  # the idle queue, at once
+    if not gone and idle(state, now):  # nothing to claim or fail through: at once
         timer = heap.top(state.timers)
-        if timer is None or timer[0] > now:
-            return Plan(wake_at=None if timer is None or capacity <= 0 else timer[0])
+        return Plan(wake_at=None if timer is None or capacity <= 0 else timer[0])
     state = due(state, now)
     doomed = [t for t in state.doomed if t in state.tasks]
     parents = sorted({p for t in doomed for p in state.tasks[t].parents if p in state.dlq})

@@ -174,3 +174,29 @@ class _DeadRecorder:
 
     async def close(self) -> None:
         return None
+
+
+async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) -> None:
+    """A task enqueued while a worker is free is claimed by the plan made under the lock
+    in the enqueue's own batch; neither that fold nor the task's end wakes the
+    dispatcher for a pass that could find nothing (issue 8: no work beyond the need)."""
+    from snerd.dispatcher import dispatch
+
+    plans: list[int] = []
+    real = dispatch.plan
+
+    def counting(*args: object, **kwargs: object) -> dispatch.Plan:
+        plan = real(*args, **kwargs)  # type: ignore[arg-type]
+        plans.append(len(plan.claims))
+        return plan
+
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    monkeypatch.setattr(dispatch, "plan", counting)
+    for i in range(20):
+        await engine.enqueue(_enqueue(f"i{i}"))
+        await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
+    for _ in range(5):  # let any pass that was asked for run
+        await asyncio.sleep(0)
+    assert len(harness.calls) == 20
+    assert plans == [1] * 20  # one plan per task, each claiming it
