@@ -184,6 +184,20 @@ async def serve(
 ) -> int:  # fmt: skip
     """Run the daemon until stdin closes or a signal drains it; return the exit code."""
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    hurried: list[Engine] = []  # the engine, once built: a second signal hurries it
+
+    def on_signal() -> None:
+        if stop.is_set():
+            for engine in hurried:
+                engine.hurry()  # a second signal ends the drain at once
+        stop.set()
+
+    # First of all: a signal during start-up (a long replay) drains right after it,
+    # instead of killing the process half-started.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
     clock: Clock = ManualClock(float(env["SNERD_TEST_CLOCK"])) if env.get(
         "SNERD_TEST_CLOCK") else SystemClock()  # fmt: skip
     out = await Output.open(stdout or sys.stdout)
@@ -200,21 +214,12 @@ async def serve(
         liveness=open_liveness(storage), notifier=Notifier([session, webhooks]),
     )  # fmt: skip
     session.engine = engine
+    hurried.append(engine)
     await engine.start()
     cleanup = None if extend is None else await extend(engine, env)
     reader = await open_input(stdin or sys.stdin)
     reading = loop.create_task(_read_lines(reader, session, engine, clock))
     fatal = loop.create_task(file_log.wait_fatal())
-    stop = asyncio.Event()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            engine.hurry()  # a second signal ends the drain at once
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_signal)
     stopping = loop.create_task(stop.wait())
     await asyncio.wait({reading, stopping, fatal}, return_when=asyncio.FIRST_COMPLETED)
     if fatal.done():

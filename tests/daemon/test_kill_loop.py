@@ -130,6 +130,7 @@ async def test_kill_9_under_load_loses_no_acked_enqueue_and_reruns_no_durable_su
     while not ledger.acked <= succeeded(storage):
         assert time.monotonic() < deadline, sorted(ledger.acked - succeeded(storage))[:10]
         await asyncio.sleep(0.02)
+    await final.stats()  # it is up (a SIGTERM before its interpreter started would kill it)
     assert await final.close() == 0
     server.cancel()
 
