@@ -282,14 +282,14 @@ async def _release_sent(session: Session, engine: Engine) -> None:
 
 
 def main(argv: list[str] | None = None, *, extend: Extension | None = None) -> int:
-    """Console entry: ``snerdmq [STORAGE_DIR]`` (:func:`snerd.daemon.main` passes the
-    dashboard as ``extend``)."""
+    """Console entry: ``snerdmq [STORAGE_DIR]`` (default ``$SNERD_STORAGE``, else
+    ``.snerdata``; :func:`snerd.daemon.main` passes the dashboard as ``extend``)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1 or (args and args[0].startswith("-")):
         print("usage: snerdmq [STORAGE_DIR]   (or: snerdmq --help for the tools)",
               file=sys.stderr)  # fmt: skip
         return 2
-    storage = args[0] if args else DEFAULT_STORAGE
+    storage = args[0] if args else os.environ.get("SNERD_STORAGE") or DEFAULT_STORAGE
     logs.configure(os.environ)
     try:
         return asyncio.run(serve(storage, extend=extend))
