@@ -16,23 +16,28 @@ from typing import Any
 Heap = tuple[int, Any, Any, Any] | None
 
 
-def _rank(heap: Heap) -> int:
-    return 0 if heap is None else heap[0]
-
-
 def merge(a: Heap, b: Heap) -> Heap:
-    """The union of two heaps."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    if b[1] < a[1]:
-        a, b = b, a
-    merged = merge(a[3], b)
-    left = a[2]
-    if _rank(left) < _rank(merged):
-        left, merged = merged, left
-    return (_rank(merged) + 1, a[1], left, merged)
+    """The union of two heaps.
+
+    Iterative (no recursion down the right spines, which is where a leftist heap's
+    O(log n) work lies): walk down taking the smaller root each step, then rebuild the
+    path bottom-up, swapping children where the right one outranks the left."""
+    spine: list[tuple[int, Any, Any, Any]] = []
+    while a is not None and b is not None:
+        if b[1] < a[1]:
+            a, b = b, a
+        spine.append(a)
+        a = a[3]
+    merged = b if a is None else a
+    for node in reversed(spine):
+        left = node[2]
+        left_rank = 0 if left is None else left[0]
+        right_rank = 0 if merged is None else merged[0]
+        if left_rank < right_rank:
+            merged = (left_rank + 1, node[1], merged, left)
+        else:
+            merged = (right_rank + 1, node[1], left, merged)
+    return merged
 
 
 def push(heap: Heap, key: Any) -> Heap:
