@@ -28,17 +28,28 @@ import snerd
 OUT = pathlib.Path(os.environ["WORKER_OUT"])
 queue = snerd.Queue(os.environ["WORKER_STORE"], fsync=False)
 
+def mark(name, exclusive=False):
+    """A marker file holding our pid, written whole before it appears (the test reads
+    it at once); ``exclusive``: fail if it exists already."""
+    tmp = OUT / f".{name}.{os.getpid()}.tmp"
+    tmp.write_text(str(os.getpid()))
+    if exclusive:
+        os.link(tmp, OUT / name)
+        tmp.unlink()
+    else:
+        os.replace(tmp, OUT / name)
+
 @queue.handler("quick")
 async def quick(job):
-    # "x": a second run of the same attempt would fail here (and show as attempt 2)
-    (OUT / f"ran.{job.id}.{job.attempt}").open("x").write(str(os.getpid()))
+    # exclusive: a second run of the same attempt would fail here (and show as attempt 2)
+    mark(f"ran.{job.id}.{job.attempt}", exclusive=True)
 
 @queue.handler("hold")
 def hold(job):  # a sync handler, in a worker thread: held until the test opens the gate
-    (OUT / f"started.{job.id}").write_text(str(os.getpid()))
+    mark(f"started.{job.id}")
     while not (OUT / "gate").exists():
         __import__("time").sleep(0.01)
-    (OUT / f"done.{job.id}").write_text(str(os.getpid()))
+    mark(f"done.{job.id}")
 '''
 
 
