@@ -161,6 +161,8 @@ class Queue:
         name: str | None = None,
         max_retries: int | None = None,
         retry_after_hours: float | None = None,
+        retry_backoff: str | None = None,
+        retry_max_delay: float | None = None,
         urgency_score: float | None = None,
         rate_limit_group: str | None = None,
         max_per_minute: int | None = None,
@@ -176,6 +178,7 @@ class Queue:
         options. See :mod:`snerd.tasks`."""
         options = TaskOptions(
             max_retries=max_retries, retry_after_hours=retry_after_hours,
+            retry_backoff=retry_backoff, retry_max_delay=retry_max_delay,
             urgency_score=urgency_score, rate_limit_group=rate_limit_group,
             max_per_minute=max_per_minute, auto_dedupe=auto_dedupe,
             max_execution_seconds=max_execution_seconds, pool=pool,

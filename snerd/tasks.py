@@ -45,6 +45,8 @@ class TaskOptions:
     id: str | None = None
     max_retries: int | None = None
     retry_after_hours: float | None = None
+    retry_backoff: str | None = None
+    retry_max_delay: float | None = None
     urgency_score: float | None = None
     execute_at: dt.datetime | str | float | None = None
     cron: str | None = None
@@ -128,6 +130,8 @@ class TaskFunction(Generic[P, R]):
         id: str | None = None,
         max_retries: int | None = None,
         retry_after_hours: float | None = None,
+        retry_backoff: str | None = None,
+        retry_max_delay: float | None = None,
         urgency_score: float | None = None,
         execute_at: dt.datetime | str | float | None = None,
         cron: str | None = None,

@@ -125,3 +125,20 @@ async def test_a_failing_task_raises_from_its_handle(make_queue: MakeQueue) -> N
     handle = await boom.enqueue(7)
     with pytest.raises(TaskDeadLetteredError, match="RuntimeError: boom 7"):
         await handle.result(timeout=WAIT)
+
+
+async def test_a_task_takes_the_retry_policy_as_its_default_and_per_call(
+    make_queue: MakeQueue, store: MemoryStore
+) -> None:
+    queue = await make_queue()
+
+    @queue.task(name="policy", retry_backoff="exponential", retry_max_delay=30)
+    async def policy() -> None:
+        return None
+
+    first = await policy.enqueue()
+    second = await policy.options(retry_max_delay=90).enqueue()
+    [a] = records(store, first.id, "enqueued")
+    [b] = records(store, second.id, "enqueued")
+    assert (a["retryBackoff"], a["retryMaxDelay"]) == ("exponential", 30)
+    assert (b["retryBackoff"], b["retryMaxDelay"]) == ("exponential", 90)
