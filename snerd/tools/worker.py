@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import logging
 import os
 import signal
 import sys
@@ -25,6 +24,7 @@ import click
 
 from snerd.embedded import Queue
 from snerd.errors import SnerdError
+from snerd.rpc import logs
 from snerd.tools import kit
 
 
@@ -122,10 +122,7 @@ def worker(target: str, concurrency: int | None, pools: tuple[str, ...],
            storage: Path | None, drain_timeout: float) -> None:  # fmt: skip
     """Run the handlers of the snerd.Queue in MODULE (e.g. app.tasks:queue) until
     SIGTERM or SIGINT, then drain and exit 0."""
-    level = os.environ.get("SNERD_LOG_LEVEL", "warning").strip().upper()  # as the daemon
-    known = level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level if known else "WARNING"),
-                        format="snerdmq %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logs.configure(os.environ)  # SNERD_LOG_LEVEL, SNERD_LOG_FORMAT, as the daemon
     queue = load_queue(target)
     try:
         queue.configure(storage=None if storage is None else str(storage),
