@@ -12,7 +12,8 @@ Contract (normative text in ``specs/log-storage.md`` §12):
 * Followers ``LISTEN``; a slow poll covers lost notifications and reconnections.
 * A lost connection is a storage fault (``specs/log-storage.md`` §4.1): the batch in
   flight fails with :class:`StorageUnavailable` (its commit may or may not have
-  happened), then the log reconnects with backoff and replays from the database.
+  happened), then the log reconnects with backoff and goes on from its last line, or
+  replays the whole queue if the batch in flight proves not committed.
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ class _Point:
     chain_head: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class _Doubt:
+    """A batch sent with COMMIT whose reply never came: ``lines`` from ``pos`` on."""
+
+    pos: int
+    byte_pos: int
+    lines: list[bytes]
+
+
 class PostgresLog(BatchingLog):
     """An :class:`EventLog` over the ``snerd.log`` rows of one queue.
 
@@ -103,6 +113,7 @@ class PostgresLog(BatchingLog):
         self._background: set[asyncio.Task[None]] = set()
         self._staged: list[bytes] = []
         self._in_txn = False
+        self._doubt: _Doubt | None = None  # a batch whose COMMIT's fate is unknown
         self._mutex = asyncio.Lock()
         self._compact_lock = asyncio.Lock()
         self._follower: asyncio.Task[None] | None = None
@@ -244,18 +255,42 @@ class PostgresLog(BatchingLog):
         return self._deliver_decoded(decode_complete(data, offset)), len(lines) == sql.READ_BATCH
 
     async def _replay_all(self) -> None:
-        """After a storage fault: reconnect, reset the listener and replay everything
-        (the last batch's commit may or may not have happened: the database says)."""
+        """After a storage fault: reconnect and go on from the last line read, when what
+        this instance delivered is what the database holds: no batch was in flight, or
+        the one in flight did commit (its rows are there, byte for byte). Only when it
+        did not (its records were delivered, so the listener holds them) reset the
+        listener and replay everything."""
         async with self._mutex:
             if self._closing:
                 return
             if self._conn is None or self._conn.closed:
                 self._conn = await connect(self.target)
+            doubt, self._doubt = self._doubt, None
+            if doubt is None or await self._committed(doubt):
+                await self._sync()
+                return
             self._pos = self._byte_pos = 0
             self._generation = -1
             self._epoch += 1
             self._reset()
             await self._sync()
+
+    async def _committed(self, doubt: _Doubt) -> bool:
+        """Whether the batch in ``doubt`` is in the database; if so, count it read."""
+        conn = self._connection()
+        try:
+            args = {"pos": doubt.pos, "queue": self.queue}
+            rows = await (await conn.cursor(binary=True).execute(sql.READ, args)).fetchall()
+        except psycopg.Error as exc:
+            raise self._lost(exc) from exc
+        if not rows or int(rows[0][0]) != self._generation:
+            return False  # compacted meanwhile: replay
+        stored = [bytes(r[2]) for r in rows[: len(doubt.lines)] if r[1] is not None]
+        if stored != doubt.lines[: sql.READ_BATCH]:
+            return False
+        self._pos = doubt.pos + len(doubt.lines)
+        self._byte_pos = doubt.byte_pos + sum(map(len, doubt.lines))
+        return True
 
     async def catch_up(self) -> int:
         self._check_usable()
@@ -336,6 +371,8 @@ class PostgresLog(BatchingLog):
     async def _flush(self, durable: bool) -> None:
         lines, self._staged = self._staged, []
         conn = self._connection()
+        # Delivered already: if the COMMIT's reply is lost, recovery asks the database.
+        self._doubt = _Doubt(self._pos, self._byte_pos, lines) if lines else None
         try:
             async with conn.pipeline():
                 if not (durable and self._fsync_on):
@@ -349,6 +386,7 @@ class PostgresLog(BatchingLog):
                 await conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
+        self._doubt = None
         self._in_txn = False
         self._pos += len(lines)
         self._byte_pos += sum(map(len, lines))

@@ -85,10 +85,70 @@ async def test_a_cut_connection_fails_the_batch_then_the_log_recovers(
         except StorageUnavailable:
             await asyncio.sleep(0.05)
     assert log._conn.info.backend_pid != pid
-    assert set(rec.state) == {"before", "after"}  # replayed from the database
+    assert set(rec.state) == {"before", "after"}
+    assert rec.resets == 0  # nothing was in flight: it went on from its last line
     _, fresh = await _open(backend, logs, follow=False)
     assert set(fresh.state) == {"before", "after"}
     assert log.faults == 1
+
+
+async def _recovered(log: Any) -> None:
+    for _ in range(200):  # the backoff window; then writes go through again
+        try:
+            await log.append(recs("after"))
+            return
+        except StorageUnavailable:
+            await asyncio.sleep(0.05)
+    raise AssertionError("the log never recovered")
+
+
+async def test_a_batch_whose_commit_reply_was_lost_is_found_committed(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The COMMIT went through but its reply never came: recovery finds the batch's rows
+    (byte for byte) and goes on without a reset; nothing is delivered twice."""
+    import psycopg
+
+    from snerd.eventlog.postgres.log import PostgresLog, _Doubt
+
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("before"))
+    real = PostgresLog._flush
+
+    async def commit_then_cut(self: PostgresLog, durable: bool) -> None:
+        doubt = _Doubt(self._pos, self._byte_pos, list(self._staged))
+        await real(self, durable)  # committed...
+        self._pos, self._byte_pos, self._doubt = doubt.pos, doubt.byte_pos, doubt  # no reply
+        monkeypatch.setattr(PostgresLog, "_flush", real)
+        raise self._lost(psycopg.OperationalError("connection lost after COMMIT"))
+
+    monkeypatch.setattr(PostgresLog, "_flush", commit_then_cut)
+    with pytest.raises(StorageUnavailable):
+        await log.append(recs("in-doubt"))
+    await _recovered(log)
+    assert [r["k"] for r in rec.records] == ["before", "in-doubt", "after"]
+    assert rec.resets == 0
+    _, fresh = await _open(backend, logs, follow=False)
+    assert [r["k"] for r in fresh.records] == ["before", "in-doubt", "after"]
+
+
+async def test_a_batch_that_did_not_commit_is_undone_by_a_replay(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch never reached the table, but its records were delivered: recovery
+    sees its rows missing, resets the listener and replays (no phantom remains)."""
+    from snerd.eventlog.postgres import sql
+
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("before"))
+    good = sql.INSERT
+    monkeypatch.setattr(sql, "INSERT", good.replace("INSERT INTO", "INSERT INTO no_such_"))
+    with pytest.raises(StorageUnavailable):
+        await log.append(recs("phantom"))
+    monkeypatch.setattr(sql, "INSERT", good)
+    await _recovered(log)
+    assert [r["k"] for r in rec.records] == ["before", "after"]
+    assert rec.resets == 1
 
 
 async def test_rows_hold_the_bytes_of_log_lines(
