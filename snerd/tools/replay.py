@@ -29,6 +29,7 @@ from rich.table import Table
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.chain import Break, ChainReport
 from snerd.projections import events as ev
+from snerd.projections.census import Census, NotCensus, Tally
 from snerd.projections.events import record_time
 from snerd.projections.history import (
     Audit,
@@ -172,15 +173,28 @@ def progress_total(source: Source) -> int | None:
 
 
 def run_replay(
-    source: Source, *, task: str | None, at: float | None, verify: bool, now: float
-) -> tuple[History, TaskHistory | None]:
+    source: Source, *, task: str | None, at: float | None, verify: bool, now: float,
+    figures_only: bool = False,
+) -> tuple[History | Tally, TaskHistory | None]:
     """The figures of every task, and the full history of ``task`` if given.
 
-    Without ``--verify`` the figures come from the fast :class:`Summary`, and a task's
-    transitions from a second pass that folds only the records of that task and of
-    its parents (all its state depends on); ``--verify`` needs the state before every
-    record, hence the full audit fold (several times slower).
+    With ``figures_only`` (what the plain summary prints) and no ``--at`` or
+    ``--verify``, a :class:`Census` over a fast scan gives the figures (falling back
+    to the full summary on a log it cannot judge), building the per-task index on
+    the way when it is missing; ``task``'s transitions then come from the index.
+    Otherwise the figures come from the :class:`Summary`, and a task's transitions
+    from a second pass that folds only the records of that task and of its parents
+    (all its state depends on); ``--verify`` needs the state before every record,
+    hence the full audit fold (several times slower).
     """
+    if figures_only and at is None and not verify:
+        tally = fast_replay(source, now)
+        if tally is not None:
+            if task is None:
+                return tally, None
+            known, entry = indexed_history(source, task, now)
+            if known:
+                return tally, entry
     now = now if at is None else at
     records: Iterator[Mapping[str, Any]] = source.records()
     total = progress_total(source)
@@ -200,6 +214,105 @@ def run_replay(
         return history, None
     again = source.records(keep_skipped=False)
     return history, history_of(again if at is None else until(again, at), task, parents, now)
+
+
+def fast_replay(source: Source, now: float) -> Tally | None:
+    """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
+    the log holds a record only the full summary judges. Builds the per-task index
+    of a storage directory on the way when it has none (or extends it after)."""
+    from array import array
+
+    from snerd.errors import LogError
+    from snerd.eventlog import index as idx
+
+    storage = source.path if source.path.is_dir() else None
+    build = None
+    if storage is not None:
+        old = idx.read_index(storage)
+        if old is None or idx.resume_point(old, source.files) is None:
+            build = idx.Builder()
+    scanner = idx.Scanner(source.files)
+    census = Census()
+    places = array("Q")
+    skipped: list[SkippedLine] = []
+    try:
+        for batch in _scan_progress(scanner, source):
+            skipped.extend(batch.skipped)
+            if batch.odd:
+                return None
+            census.feed(batch.rows)
+            base = batch.file << idx.FILE_SHIFT
+            places.extend([base | offset for offset in batch.offsets])
+            if build is not None:
+                build.add(batch)
+        live = [record for _, record in idx.read_places(
+            source.files, [places[k] for k in census.live_positions()])]  # fmt: skip
+    except NotCensus:
+        return None
+    except LogError as exc:
+        raise UsageProblem(str(exc)) from None
+    source.skipped.extend(skipped)
+    source.read += census.events
+    if storage is not None:
+        if build is not None:
+            idx.write_index(storage, source.files, scanner.sizes, scanner.cursors, build)
+        else:
+            idx.fresh_index(storage)
+    return census.finish(live, now)
+
+
+def _scan_progress(scanner: Any, source: Source) -> Iterator[Any]:
+    """The scan's batches, with a progress bar (bytes) on a large log on a terminal."""
+    batches = scanner.batches()
+    sizes = [p.stat().st_size for p in source.files]
+    total = sum(sizes)
+    if not sys.stderr.isatty() or total < PROGRESS_MIN_BYTES * 8:
+        yield from batches
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    columns = (TextColumn("replaying"), BarColumn(), DownloadColumn())
+    with Progress(*columns, console=kit.console(stderr=True), transient=True) as progress:
+        bar = progress.add_task("replay", total=total)
+        for batch in batches:
+            yield batch
+            if batch.offsets:
+                progress.update(bar, completed=sum(sizes[: batch.file]) + batch.offsets[-1])
+
+
+def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHistory | None]:
+    """(True, ``task``'s history) from the per-task index; (False, None) when the index
+    cannot tell (a log file given alone, or a record without ``ts``, whose clock only
+    a rescan knows)."""
+    from snerd.eventlog import index as idx
+
+    if not source.path.is_dir():
+        return False, None
+    index = idx.fresh_index(source.path)
+    wanted = {task}
+    found = _named(index, source.files, task)
+    parents: set[str] = set()
+    for _, record in found:
+        if _names(record, wanted):
+            ids = record.get(ev.F_TRIGGER_AFTER_IDS)
+            if isinstance(ids, list):
+                parents.update(p for p in ids if isinstance(p, str))
+    merged = dict(found)
+    for parent in parents - wanted:
+        merged.update(_named(index, source.files, parent))
+    records = [merged[p] for p in sorted(merged)]
+    if any(record_time(r) is None for r in records):
+        return False, None
+    if not any(_names(r, wanted) for r in records):
+        return True, None
+    return True, history_of(records, task, parents, now)
+
+
+def _named(index: Any, files: list[Path], task: str) -> list[tuple[int, Mapping[str, Any]]]:
+    from snerd.eventlog import index as idx
+
+    ids = {task}
+    return [(p, r) for p, r in idx.read_places(files, index.places_of(task)) if _names(r, ids)]
 
 
 def _noting_parents(
@@ -306,7 +419,7 @@ def _console() -> Console:
     return out
 
 
-def render_summary(history: History, source: Source, at: float | None) -> None:
+def render_summary(history: History | Tally, source: Source, at: float | None) -> None:
     out = _console()
     when = f" as of {format_instant(at)}" if at is not None else ""
     files = f" ({len(source.files)} files)" if len(source.files) > 1 else ""
@@ -442,7 +555,8 @@ def replay(
     try:
         at = parse_at(at_text)
         source = open_source(path)
-        history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time())
+        history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time(),
+                                    figures_only=not as_json)
         if source.read == 0 and source.skipped:
             raise UsageProblem(f"{path} is not a task log: none of its lines is a log record "
                                f"({len(source.skipped)} skipped)")  # fmt: skip
@@ -452,11 +566,12 @@ def replay(
     if task_id is not None and entry is None:
         kit.fail(f"no task {task_id!r} in {path}", code=1)  # as cancel and dlq say it
         return
-    problems = problem_rows(history, source) if verify else []
+    problems = problem_rows(history, source) if isinstance(history, History) and verify else []
     chained = verify_chain(source) if verify else None
     if chained is not None:
         problems.extend(chain_rows(chained))
     if as_json:
+        assert isinstance(history, History)  # the census serves the plain summary only
         data = summary(history, source)
         if entry is not None:
             data["history"] = transition_rows(entry)

@@ -1,0 +1,250 @@
+"""The per-task index: where each task's records are, across the live log and archives.
+
+``S/tasks/tasks.idx`` is a derived file (``specs/log-storage.md`` §12): deleting it
+loses nothing, the tools rebuild it. It maps a 32-bit hash (CRC-32 of the UTF-8 id)
+of every id a record names (``taskId``, ``task``, ``dlqKey``) to the record's place:
+``file number << 40 | byte offset``. A lookup finds the entries with the id's hash,
+reads those lines and keeps the ones that really name the id (a hash collision only
+costs a read). The header records, per history file, its device and inode (a
+compaction renames the live log into the archive: same inode), the bytes indexed and
+the scan's cursor there, so an index of a log that grew is extended from where it
+stopped; anything else (a file gone, replaced, shrunk, an unreadable index) means a
+rebuild. Only the tools write it (``snerdmq replay``, the dashboard), never the daemon.
+
+Layout: one JSON header line, then ``count`` little-endian uint32 hashes, then
+``count`` little-endian uint64 places.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from itertools import compress
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from snerd.eventlog.base import Record, SkippedLine
+from snerd.eventlog.codec import decode_line
+from snerd.eventlog.layout import TASKS_DIR
+from snerd.eventlog.scan import Batch, Cursor, history_paths, next_file, scan_file
+
+INDEX_NAME = "tasks.idx"
+VERSION = 1
+FILE_SHIFT = 40  # a place is file << 40 | offset (files up to 1 TiB)
+_OFFSET_MASK = (1 << FILE_SHIFT) - 1
+_ID_FIELDS = ("taskId", "task", "dlqKey")
+_getters = [attrgetter(name) for name in _ID_FIELDS]
+
+
+def id_hash(task_id: str) -> int:
+    return zlib.crc32(task_id.encode())
+
+
+def index_path(storage: Path) -> Path:
+    return storage / TASKS_DIR / INDEX_NAME
+
+
+@dataclass(slots=True)
+class FileMark:
+    """One history file as indexed: which file (device, inode), how far, and where
+    the scan stood there."""
+
+    name: str
+    dev: int
+    ino: int
+    size: int  # bytes indexed (up to the end of the last complete line)
+    cursor: dict[str, Any]
+
+
+class Builder:
+    """Collects index entries from scan batches (see :func:`scan_history`)."""
+
+    def __init__(self) -> None:
+        self.keys = array("I")
+        self.places = array("Q")
+
+    def add(self, batch: Batch) -> None:
+        rows, base = batch.rows, batch.file << FILE_SHIFT
+        places = [base | offset for offset in batch.offsets]
+        crc, keys, out = zlib.crc32, self.keys, self.places
+        for get in _getters:
+            ids = list(map(get, rows))
+            if None in ids:
+                present = [i is not None for i in ids]
+                keys.extend(map(crc, map(str.encode, compress(ids, present))))
+                out.extend(compress(places, present))
+            else:
+                keys.extend(map(crc, map(str.encode, ids)))
+                out.extend(places)
+
+
+@dataclass(slots=True)
+class TaskIndex:
+    """A loaded index (see the module doc)."""
+
+    files: list[FileMark]
+    keys: array[int]
+    places: array[int]
+
+    def places_of(self, task_id: str) -> list[int]:
+        """Sorted places of the records that may name ``task_id`` (hash matches)."""
+        wanted = id_hash(task_id).to_bytes(4, sys.byteorder)
+        data = memoryview(self.keys).cast("B").tobytes()
+        found: set[int] = set()
+        at = data.find(wanted)
+        while at >= 0:
+            if at % 4 == 0:
+                found.add(self.places[at // 4])
+            at = data.find(wanted, at + 1)
+        return sorted(found)
+
+
+def _mark(path: Path, size: int, cursor: Cursor, tasks_dir: Path) -> FileMark:
+    st = path.stat()
+    try:
+        name = str(path.relative_to(tasks_dir))
+    except ValueError:
+        name = str(path)
+    return FileMark(name, st.st_dev, st.st_ino, size, asdict(cursor))
+
+
+def write_index(storage: Path, files: Sequence[Path], sizes: Sequence[int],
+                cursors: Sequence[Cursor], builder: Builder) -> bool:  # fmt: skip
+    """Write the index atomically; False when the directory is not writable."""
+    tasks_dir = storage / TASKS_DIR
+    marks = [_mark(p, s, c, tasks_dir) for p, s, c in zip(files, sizes, cursors)]
+    header = {"snerdIndex": VERSION, "byteorder": sys.byteorder, "count": len(builder.keys),
+              "files": [asdict(m) for m in marks]}  # fmt: skip
+    target = index_path(storage)
+    temp = target.with_name(f".{INDEX_NAME}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "wb") as f:
+            f.write(orjson.dumps(header) + b"\n")
+            builder.keys.tofile(f)
+            builder.places.tofile(f)
+        os.replace(temp, target)
+    except OSError:
+        temp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def read_index(storage: Path) -> TaskIndex | None:
+    """The index as written, or None if it is missing or unreadable."""
+    try:
+        data = index_path(storage).read_bytes()
+        cut = data.index(b"\n") + 1
+        header = orjson.loads(data[:cut])
+        count = header["count"]
+        if header.get("snerdIndex") != VERSION or header.get("byteorder") != sys.byteorder:
+            return None
+        if type(count) is not int or len(data) != cut + 12 * count:
+            return None
+        files = [FileMark(**m) for m in header["files"]]
+        keys, places = array("I"), array("Q")
+        keys.frombytes(data[cut : cut + 4 * count])
+        places.frombytes(data[cut + 4 * count :])
+    except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        return None
+    return TaskIndex(files, keys, places)
+
+
+class Scanner:
+    """Scans the files of a history from where an index stopped, noting each file's
+    end (size and cursor) for the index header."""
+
+    def __init__(self, files: list[Path]) -> None:
+        self.files = files
+        self.sizes = [0] * len(files)
+        self.cursors: list[Cursor] = [Cursor() for _ in files]
+
+    def batches(self, start_file: int = 0, start_at: int = 0,
+                cursor: Cursor | None = None) -> Iterator[Batch]:  # fmt: skip
+        cursor = cursor or Cursor()
+        for file_no in range(start_file, len(self.files)):
+            path = self.files[file_no]
+            start = start_at if file_no == start_file else 0
+            if file_no != start_file:
+                next_file(cursor)
+            yield from scan_file(path, file_no, cursor, start=start)
+            self.sizes[file_no] = cursor.offset
+            self.cursors[file_no] = Cursor(**asdict(cursor))
+
+
+def fresh_index(storage: Path) -> TaskIndex:
+    """The index of ``storage``, extended or rebuilt (and written) if it is stale."""
+    files = history_paths(storage)
+    old = read_index(storage)
+    resume = resume_point(old, files) if old is not None else None
+    scanner = Scanner(files)
+    builder = Builder()
+    start_file, start_at, cursor = 0, 0, None
+    if old is not None and resume is not None:
+        start_file, start_at, cursor = resume
+        if start_file == len(files) - 1 and start_at == files[-1].stat().st_size \
+                and len(old.files) == len(files):  # fmt: skip
+            return old  # nothing new
+        builder.keys, builder.places = old.keys, old.places
+        for i, mark in enumerate(old.files[: start_file + 1]):
+            scanner.sizes[i] = mark.size
+            scanner.cursors[i] = Cursor(**mark.cursor)
+    for batch in scanner.batches(start_file, start_at, cursor):
+        builder.add(batch)
+    write_index(storage, files, scanner.sizes, scanner.cursors, builder)
+    return TaskIndex([], builder.keys, builder.places)
+
+
+def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] | None:
+    """(file, offset, cursor) where to go on from ``old``; None if it must be rebuilt."""
+    if not old.files or len(old.files) > len(files):
+        return None
+    for mark, path in zip(old.files, files):
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        if (st.st_dev, st.st_ino) != (mark.dev, mark.ino) or st.st_size < mark.size:
+            return None
+    last = len(old.files) - 1
+    return last, old.files[last].size, Cursor(**old.files[last].cursor)
+
+
+def read_places(files: Sequence[Path], places: Iterable[int]) -> Iterator[tuple[int, Record]]:
+    """(place, record) of the line at each place (lines that are no record are left out)."""
+    handles: dict[int, int] = {}
+    try:
+        for place in places:
+            file_no, offset = place >> FILE_SHIFT, place & _OFFSET_MASK
+            fd = handles.get(file_no)
+            if fd is None:
+                fd = handles[file_no] = os.open(files[file_no], os.O_RDONLY)
+            line = _line_at(fd, offset)
+            item = decode_line(line, offset)
+            if not isinstance(item, SkippedLine):
+                yield place, item
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+
+
+def _line_at(fd: int, offset: int) -> bytes:
+    out = b""
+    size = 4096
+    while True:
+        block = os.pread(fd, size, offset + len(out))
+        cut = block.find(b"\n")
+        if cut >= 0 or not block:
+            return out + (block if cut < 0 else block[:cut])
+        out += block
+        size = min(size * 2, 1 << 22)
+
+
+def place(file_no: int, offset: int) -> int:
+    return file_no << FILE_SHIFT | offset

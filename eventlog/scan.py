@@ -1,0 +1,272 @@
+"""A fast scan of a storage's full history: the few fields readers need, with positions.
+
+:func:`iter_history` decodes every line into a full record (``orjson``), which is
+what the audit and ``--verify`` need. A summary, the per-task index and a task
+lookup need only a handful of fields: :func:`scan_history` reads the same records
+(the same files, the same skipping of what a compaction copied) but decodes each
+chunk of lines in one ``msgspec`` call into :class:`Row` s holding only those fields,
+with each record's byte offset. Lines that do not fit :class:`Row` exactly (a field
+of another type, a bad ``seq``, a newer format, a blank line in the chunk) are
+decoded one by one: a line that is a record but no :class:`Row` becomes an
+:class:`Odd` carrying the full record, a line that is no record a
+:class:`~snerd.eventlog.base.SkippedLine`. A reader that can only handle rows falls
+back to :func:`iter_history` when it meets anything else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import accumulate
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from snerd.errors import LogError
+from snerd.eventlog.base import SkippedLine
+from snerd.eventlog.codec import MAX_SEQ, decode_line
+from snerd.eventlog.history import REASON_INCOMPLETE, SNAPSHOT_EVENT, history_files
+from snerd.eventlog.layout import log_file
+
+CHUNK_SIZE = 4 << 20
+
+_Id = Annotated[str, msgspec.Meta(min_length=1)]
+_Seq = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+_Format = Annotated[str, msgspec.Meta(pattern=r"^1(\.|$)")]  # a newer major is an Odd
+
+
+class Row(msgspec.Struct, gc=False):
+    """The fields of one record that a summary or an index reads, all well typed (a
+    record with any of them of another type is an :class:`Odd`). Absent is None."""
+
+    event: str | None = None
+    taskId: _Id | None = None  # noqa: N815 (the log's field names)
+    task: _Id | None = None
+    seq: _Seq | None = None
+    taskType: str | None = None  # noqa: N815
+    taskData: str | None = None  # noqa: N815
+    dlqKey: _Id | None = None  # noqa: N815
+    reason: str | None = None
+    attempt: _Count | None = None
+    daemon: _Id | None = None
+    triggerAfterIds: list[Any] | None = None  # noqa: N815
+    deletedAt: Any = None  # noqa: N815
+    records: Any = msgspec.UNSET  # a snapshot header's record count (UNSET: absent)
+    format: _Format | None = None
+
+
+class Odd:
+    """A record that is no :class:`Row`: its full decoded form, and its ``seq``."""
+
+    __slots__ = ("dlqKey", "event", "record", "records", "seq", "task", "taskId")
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self.taskId, self.task, self.dlqKey = (_id(record.get(k)) for k in ("taskId", "task", "dlqKey"))
+        seq = record.get("seq")
+        self.seq = seq if type(seq) is int else None
+        self.event = record.get("event")
+        self.records = record.get("records", msgspec.UNSET)
+
+
+
+def _id(value: Any) -> str | None:
+    """An id field as the index keys it (any truthy value, as text)."""
+    return str(value) if value else None
+
+
+Item = Row | Odd
+
+
+@dataclass(slots=True)
+class Batch:
+    """Consecutive records of one file (the ones the full history yields), the byte
+    offset of each one's line, and the lines skipped among them (in file order)."""
+
+    file: int  # index into :attr:`Scan.files`
+    rows: list[Item]
+    offsets: list[int]
+    skipped: list[SkippedLine] = field(default_factory=list)
+    odd: bool = False  # some rows are :class:`Odd`
+
+
+@dataclass(slots=True)
+class Cursor:
+    """Where a scan of the full history stands: enough to go on from a file's offset
+    (what :func:`iter_history` keeps between records)."""
+
+    last: int | None = None  # the highest seq yielded so far
+    covered: int | None = None  # ... before the current file
+    block: int = 0  # snapshot records still to come in the current file
+    skip_block: bool = False
+    first: bool = True  # the next record is the current file's first
+    offset: int = 0  # bytes of the current file read (whole lines)
+
+
+_decoder = msgspec.json.Decoder(Row)
+
+
+def scan_file(
+    path: Path, file_no: int, cursor: Cursor, *, start: int = 0, final: bool | None = None
+) -> Iterator[Batch]:
+    """The records of one file from byte ``start`` (a line start), as the full history
+    yields them given ``cursor`` (updated as the scan goes)."""
+    if final is None:
+        final = path.parent.name == "archive"
+    try:
+        with open(path, "rb", buffering=0) as f:
+            f.seek(start)
+            cursor.offset = start
+            yield from _scan(f.fileno(), file_no, cursor, start, final)
+    except OSError as exc:
+        raise LogError(f"cannot read log {path}: {exc}") from exc
+
+
+def _scan(fd: int, file_no: int, cursor: Cursor, offset: int, final: bool) -> Iterator[Batch]:
+    pending = b""
+    while chunk := os.read(fd, CHUNK_SIZE):
+        data = pending + chunk if pending else chunk
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            pending = data
+            continue
+        complete, pending = data[:cut], data[cut:]
+        batch = _decode(complete, offset, file_no)
+        offset += cut
+        cursor.offset = offset
+        yield _history(batch, cursor)
+    if pending.strip():
+        item = decode_line(pending, offset, torn=True) if final else None
+        if item is None or isinstance(item, SkippedLine):
+            skipped = item or SkippedLine(offset, pending, REASON_INCOMPLETE)
+            yield Batch(file_no, [], [], [skipped])
+        else:
+            cursor.offset = offset + len(pending)
+            yield _history(Batch(file_no, [Odd(item)], [offset], odd=True), cursor)
+
+
+def _decode(complete: bytes, offset: int, file_no: int) -> Batch:
+    lengths = [len(line) + 1 for line in complete.split(b"\n")]
+    lengths.pop()
+    try:
+        rows: list[Item] = list(_decoder.decode_lines(complete))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _decode_slow(complete, offset, file_no)
+    if len(rows) != len(lengths):  # a blank line (decode_lines skips it)
+        return _decode_slow(complete, offset, file_no)
+    offsets = list(accumulate(lengths, initial=offset))
+    offsets.pop()
+    return Batch(file_no, rows, offsets)
+
+
+def _decode_slow(complete: bytes, offset: int, file_no: int) -> Batch:
+    batch = Batch(file_no, [], [])
+    pos = offset
+    for line in complete.split(b"\n")[:-1]:
+        if line.strip():
+            batch_item = _one(line, pos)
+            if isinstance(batch_item, SkippedLine):
+                batch.skipped.append(batch_item)
+            else:
+                batch.rows.append(batch_item)
+                batch.offsets.append(pos)
+                batch.odd = batch.odd or type(batch_item) is Odd
+        pos += len(line) + 1
+    return batch
+
+
+def _one(line: bytes, offset: int) -> Item | SkippedLine:
+    try:
+        return _decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    item = decode_line(line, offset)  # raises LogFormatError on a newer major format
+    return item if isinstance(item, SkippedLine) else Odd(item)
+
+
+def _history(batch: Batch, cursor: Cursor) -> Batch:
+    """Drop what :func:`iter_history` drops: a covered snapshot block, copied records."""
+    rows, offsets = batch.rows, batch.offsets
+    if not rows:
+        return batch
+    keep_rows: list[Item] = []
+    keep_offsets: list[int] = []
+    start = 0
+    if cursor.first:
+        cursor.first = False
+        if rows[0].event == SNAPSHOT_EVENT and _header(rows[0], cursor):
+            start = 1
+            if not cursor.skip_block:
+                keep_rows.append(rows[0])
+                keep_offsets.append(offsets[0])
+    if cursor.covered is None and cursor.block == 0:  # everything is new: the fast way
+        if start == 0:
+            keep_rows, keep_offsets = rows, offsets
+        else:
+            keep_rows.extend(rows[1:])
+            keep_offsets.extend(offsets[1:])
+        seqs = [s for s in (r.seq for r in rows[start:]) if s is not None]
+        if seqs:
+            top = max(seqs)
+            cursor.last = top if cursor.last is None else max(cursor.last, top)
+        return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd)
+    covered = cursor.covered
+    for i in range(start, len(rows)):
+        row = rows[i]
+        if cursor.block > 0:
+            cursor.block -= 1
+            if cursor.skip_block:
+                continue
+        else:
+            seq = row.seq
+            if seq is not None:
+                if covered is not None and seq <= covered:
+                    continue
+                cursor.last = seq if cursor.last is None else max(cursor.last, seq)
+        keep_rows.append(row)
+        keep_offsets.append(offsets[i])
+    return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd)
+
+
+def _header(row: Item, cursor: Cursor) -> bool:
+    """Note a compaction's snapshot header (as ``iter_history`` reads one: an integer
+    ``seq`` and ``records`` count, absent meaning 0); False if ``row`` is none."""
+    seq, count = row.seq, row.records
+    if count is msgspec.UNSET:
+        count = 0
+    if seq is None or type(count) is not int or count < 0:
+        return False
+    cursor.skip_block = cursor.last is not None and seq <= cursor.last
+    cursor.last = seq if cursor.last is None else max(cursor.last, seq)
+    cursor.block = count
+    return True
+
+
+def next_file(cursor: Cursor) -> None:
+    """Move ``cursor`` to the start of the next file."""
+    cursor.covered = cursor.last
+    cursor.first = True
+    cursor.block = 0
+    cursor.skip_block = False
+    cursor.offset = 0
+
+
+def history_paths(path: str | os.PathLike[str]) -> list[Path]:
+    """The files of a storage's full history, or a single log file."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    return history_files(p) if p.is_dir() else [log_file(p)]
+
+
+def scan_history(files: list[Path]) -> Iterator[Batch]:
+    """Every record of ``files`` (as :func:`history_paths` lists them) in order, as
+    :func:`iter_history` yields them, in batches."""
+    cursor = Cursor()
+    for file_no, path in enumerate(files):
+        if file_no:
+            next_file(cursor)
+        yield from scan_file(path, file_no, cursor)
