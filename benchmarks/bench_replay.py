@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,7 @@ import orjson
 
 from benchmarks.bench_fold import _lifecycle
 from snerd.eventlog.chain import GENESIS, Chain
+from snerd.tools.replay import indexed_history, open_source
 
 
 def generate(storage: Path, tasks: int, window: int = 3000) -> tuple[Path, int]:
@@ -131,7 +133,16 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
           f"  (peak RSS {rss2} MB)")  # fmt: skip
     task = f"task-{args.tasks // 2:08d}"
     one, _, _ = run("replay", str(storage), "--task", task)
-    print(f"replay --task {task}    : {one:7.2f} s (process start included)")
+    print(f"replay --task {task}    : {one:7.2f} s (process start and summary included)")
+    lookups = []
+    for i in range(5):
+        wanted = f"task-{(args.tasks * (2 * i + 1)) // 10:08d}"
+        t0 = time.perf_counter()
+        known, entry = indexed_history(open_source(storage), wanted, time.time())
+        lookups.append(time.perf_counter() - t0)
+        assert known and entry is not None, wanted
+    print(f"a task's history via the index   : {statistics.median(lookups) * 1000:7.1f} ms "
+          f"(median of 5 tasks, in process; max {max(lookups) * 1000:.1f} ms)")
     verify, _, _ = run("replay", str(storage), "--verify")
     print(f"replay --verify                 : {verify:7.2f} s  {verify / again:5.2f}x plain replay")
     stats, _, _ = run("stats", str(storage))

@@ -1,0 +1,217 @@
+"""The fast read paths equal the full ones: the scan, the census, the per-task index."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis_budget import examples
+
+from snerd.eventlog import index as idx
+from snerd.eventlog.base import SkippedLine
+from snerd.eventlog.history import iter_history
+from snerd.eventlog.scan import Odd, history_paths, scan_history
+from snerd.projections.history import summarize
+from snerd.tools.replay import (
+    _noting_parents,
+    fast_replay,
+    history_of,
+    indexed_history,
+    open_source,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+import loggen
+
+NOW = loggen.T0 + 300
+
+
+def _lines(records: list[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def build_storage(root: Path, records: list[dict[str, Any]], cuts: list[int],
+                  garbage: bool = False) -> Path:  # fmt: skip
+    """A storage whose history is ``records`` (given seq 1..n), compacted at ``cuts``:
+    each later file starts with a snapshot header and block, then copies of the records
+    just before the cut (a compaction's tail), then its own records."""
+    storage = root / "s"
+    tasks = storage / "tasks"
+    (tasks / "archive").mkdir(parents=True)
+    for i, record in enumerate(records):
+        record["seq"] = i + 1
+    bounds = [0, *sorted(set(cuts)), len(records)]
+    for k in range(len(bounds) - 1):
+        lo, hi = bounds[k], bounds[k + 1]
+        head: list[dict[str, Any]] = []
+        if k:
+            block = [dict(r, compacted=True) for r in records[max(0, lo - 2) : lo]
+                     if r.get("event") == "enqueued"]  # fmt: skip
+            head = [{"event": "snapshot", "seq": lo, "records": len(block)}, *block,
+                    *records[max(0, lo - 3) : lo]]  # fmt: skip
+        body = _lines(head + records[lo:hi])
+        if garbage and k == 0:
+            body += b"not json\n"
+        last = k == len(bounds) - 2
+        path = tasks / "tasks.log" if last else tasks / "archive" / f"tasks-{1000 + k}-{hi}.log"
+        path.write_bytes(body)
+    return storage
+
+
+def full_history(storage: Path, task: str) -> Any:
+    records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    parents: set[str] = set()
+    for _ in _noting_parents(records, task, parents):
+        pass
+    return history_of(records, task, parents, NOW)
+
+
+def ids_of(records: list[dict[str, Any]]) -> set[str]:
+    return {v for r in records for v in (r.get("taskId"), r.get("task"), r.get("dlqKey"))
+            if isinstance(v, str) and v}  # fmt: skip
+
+
+logs_and_cuts = st.tuples(
+    loggen.any_logs, st.lists(st.integers(min_value=1, max_value=40), max_size=3)
+)
+plain_kinds = st.sampled_from(["enqueued", "claimed", "progress", "succeeded",
+                               "retry_scheduled", "dead_lettered", "cancelled"])  # fmt: skip
+
+
+# --- the scan reads what iter_history reads -------------------------------------------------
+
+
+@settings(max_examples=examples(200), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=logs_and_cuts)
+def test_the_scan_yields_the_records_of_the_full_history(tmp_path_factory: Any, data: Any) -> None:
+    records, cuts = data
+    storage = build_storage(tmp_path_factory.mktemp("h"), records, cuts, garbage=True)
+    expected = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    got = [row for batch in scan_history(history_paths(storage)) for row in batch.rows]
+    assert len(got) == len(expected)
+    for row, record in zip(got, expected):
+        if isinstance(row, Odd):
+            assert row.record == record
+        else:
+            assert (row.event, row.seq, row.taskId, row.task) == (
+                record.get("event"), record.get("seq"), record.get("taskId"), record.get("task"))
+
+
+# --- the census gives the summary's figures -----------------------------------------------
+
+
+def _census_agrees(storage: Path) -> bool:
+    source = open_source(storage)
+    tally = fast_replay(source, NOW)
+    records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    full = summarize(records, NOW)
+    if tally is None:
+        return False
+    assert (tally.counts(), tally.events, tally.invalid) == (full.counts(), full.events, full.invalid)
+    return True
+
+
+@settings(max_examples=examples(300), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=logs_and_cuts)
+def test_the_census_agrees_with_the_summary_whenever_it_answers(
+    tmp_path_factory: Any, data: Any
+) -> None:
+    records, cuts = data
+    _census_agrees(build_storage(tmp_path_factory.mktemp("c"), records, cuts))
+
+
+@settings(max_examples=examples(200), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(logs=loggen.valid_logs)
+def test_the_census_answers_for_a_plain_queue_and_agrees(tmp_path_factory: Any, logs: Any) -> None:
+    plain = [r for r in logs if r.get("event") in {"enqueued", "claimed", "progress",
+             "succeeded", "retry_scheduled", "dead_lettered", "cancelled", "claim_released"}
+             and not r.get("triggerAfterIds") and r.get("dlqKey") in (None, r.get("taskId"))]  # fmt: skip
+    storage = build_storage(tmp_path_factory.mktemp("p"), plain, [])
+    source = open_source(storage)
+    tally = fast_replay(source, NOW)
+    if tally is None:  # a light line without a usable id, a claim of attempt 0...
+        return
+    assert _census_agrees(storage)
+
+
+def test_the_census_answers_for_a_realistic_log(tmp_path: Path) -> None:
+    from benchmarks.bench_replay import generate
+
+    generate(tmp_path / "s", 300)
+    assert _census_agrees(tmp_path / "s")
+    assert idx.read_index(tmp_path / "s") is not None  # built on the way
+
+
+# --- the index gives a rescan's history ------------------------------------------------------
+
+
+def _index_agrees(storage: Path, ids: set[str]) -> None:
+    source = open_source(storage)
+    for task in sorted(ids):
+        known, entry = indexed_history(source, task, NOW)
+        if known:
+            assert entry == full_history(storage, task), task
+
+
+@settings(max_examples=examples(200), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=logs_and_cuts, more=loggen.any_logs)
+def test_the_index_gives_a_rescans_history_also_after_the_log_grew(
+    tmp_path_factory: Any, data: Any, more: list[dict[str, Any]]
+) -> None:
+    records, cuts = data
+    storage = build_storage(tmp_path_factory.mktemp("i"), records, cuts)
+    idx.fresh_index(storage)
+    assert idx.read_index(storage) is not None
+    _index_agrees(storage, ids_of(records))
+    with open(storage / "tasks" / "tasks.log", "ab") as f:  # the log grows
+        for i, record in enumerate(more):
+            record["seq"] = len(records) + 10 + i
+        f.write(_lines(more))
+    _index_agrees(storage, ids_of(records) | ids_of(more))
+
+
+def test_an_index_is_extended_not_rebuilt_when_the_log_grew(tmp_path: Path) -> None:
+    from benchmarks.bench_replay import generate
+
+    log, n = generate(tmp_path / "s", 50)
+    storage = tmp_path / "s"
+    first = idx.fresh_index(storage)
+    size = log.stat().st_size
+    log.write_bytes(log.read_bytes() + log.read_bytes()[: log.read_bytes().index(b"\n") + 1])
+    grown = idx.fresh_index(storage)
+    assert len(grown.keys) == len(first.keys) + 1
+    again = idx.read_index(storage)
+    assert again is not None and again.files[-1].size == size + (log.stat().st_size - size)
+    assert again.keys[: len(first.keys)] == first.keys  # the old entries were kept
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "truncate", "other-file"])
+def test_a_missing_or_damaged_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    from benchmarks.bench_replay import generate
+
+    generate(tmp_path / "s", 40)
+    storage = tmp_path / "s"
+    idx.fresh_index(storage)
+    path = idx.index_path(storage)
+    if damage == "delete":
+        path.unlink()
+    elif damage == "garbage":
+        path.write_bytes(b"\x00garbage\n" * 10)
+    elif damage == "truncate":
+        path.write_bytes(path.read_bytes()[:-5])
+    else:  # the log was replaced by another file (a new inode)
+        log = storage / "tasks" / "tasks.log"
+        data = log.read_bytes()
+        log.unlink()
+        log.write_bytes(data)
+    _index_agrees(storage, {f"task-{i:08d}" for i in range(0, 40, 7)})
+    assert idx.read_index(storage) is not None
