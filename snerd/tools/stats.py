@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from snerd.projections import fields
 from snerd.tools import kit
+from snerd.tools.progress import LateProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +32,7 @@ class Snapshot:
     now: float
 
 
-def load(storage: Path) -> Snapshot:
+def load(storage: Path, progress: LateProgress | None = None) -> Snapshot:
     """Fold the live log of an existing storage (exit 1 when there is none)."""
     from snerd.eventlog.base import SkippedLine
     from snerd.eventlog.history import read_records
@@ -47,10 +49,11 @@ def load(storage: Path) -> Snapshot:
             else:
                 yield item
 
-    return Snapshot(storage, bulk_fold(records()), skipped, time.time())
+    items = records() if progress is None else progress.wrap(records())
+    return Snapshot(storage, bulk_fold(items), skipped, time.time())
 
 
-def collect(snap: Snapshot) -> dict[str, Any]:
+def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, Any]:
     """Everything ``stats`` reports, JSON-ready: counts per status now, and the totals
     of every metric (events, e.g. ``failed_attempts``) since the log began."""
     from snerd.eventlog.base import SkippedLine
@@ -66,9 +69,8 @@ def collect(snap: Snapshot) -> dict[str, Any]:
     for entry in state.dlq.values():
         by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
     limits: dict[str, int] = {}
-    history = _noting_limits(
-        (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine)), limits
-    )
+    records = (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine))
+    history = _noting_limits(records if progress is None else progress.wrap(records), limits)
     totals = metric_totals(history)
     layout = resolve(snap.storage)
     return {
@@ -85,6 +87,27 @@ def collect(snap: Snapshot) -> dict[str, Any]:
             "last_seq": state.last_seq,
         },
     }
+
+
+def gather(storage: Path, console: Console, *, clock: Callable[[], float] = time.monotonic,
+           after: float = 1.0, every: int = 4096) -> dict[str, Any]:  # fmt: skip
+    """:func:`collect` of :func:`load`, with a progress bar on ``console`` (records read
+    of the live log and then the full history) once it runs past ``after`` seconds."""
+    from snerd.eventlog.history import history_files
+    from snerd.eventlog.layout import resolve
+
+    def total() -> int:
+        from snerd.tools.replay import count_lines
+
+        storage_ = kit.existing_storage(storage)
+        return count_lines([resolve(storage_).log_path, *history_files(storage_)])
+
+    progress = LateProgress("reading the log", total, console, clock=clock, after=after,
+                            every=every)  # fmt: skip
+    try:
+        return collect(load(storage, progress), progress)
+    finally:
+        progress.close()
 
 
 def _noting_limits(records: Iterator[Any], limits: dict[str, int]) -> Iterator[Any]:
@@ -142,7 +165,7 @@ def render(data: dict[str, Any]) -> None:
 @kit.json_option
 def stats(storage: Path, as_json: bool) -> None:
     """Counts per state, totals, per-type breakdown and rate-limit use of a queue."""
-    data = collect(load(storage))
+    data = gather(storage, kit.console(stderr=True))
     if as_json:
         kit.emit_json(data)
     else:
