@@ -119,7 +119,7 @@ def write_index(storage: Path, files: Sequence[Path], sizes: Sequence[int],
                 cursors: Sequence[Cursor], builder: Builder) -> bool:  # fmt: skip
     """Write the index atomically; False when the directory is not writable."""
     tasks_dir = storage / TASKS_DIR
-    marks = [_mark(p, s, c, tasks_dir) for p, s, c in zip(files, sizes, cursors)]
+    marks = [_mark(p, s, c, tasks_dir) for p, s, c in zip(files, sizes, cursors, strict=False)]
     header = {"snerdIndex": VERSION, "byteorder": sys.byteorder, "count": len(builder.keys),
               "files": [asdict(m) for m in marks]}  # fmt: skip
     target = index_path(storage)
@@ -205,7 +205,7 @@ def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] |
     """(file, offset, cursor) where to go on from ``old``; None if it must be rebuilt."""
     if not old.files or len(old.files) > len(files):
         return None
-    for mark, path in zip(old.files, files):
+    for mark, path in zip(old.files, files, strict=False):
         try:
             st = path.stat()
         except OSError:

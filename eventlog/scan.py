@@ -43,17 +43,17 @@ class Row(msgspec.Struct, gc=False):
     record with any of them of another type is an :class:`Odd`). Absent is None."""
 
     event: str | None = None
-    taskId: _Id | None = None  # noqa: N815 (the log's field names)
+    taskId: _Id | None = None
     task: _Id | None = None
     seq: _Seq | None = None
-    taskType: str | None = None  # noqa: N815
-    taskData: str | None = None  # noqa: N815
-    dlqKey: _Id | None = None  # noqa: N815
+    taskType: str | None = None
+    taskData: str | None = None
+    dlqKey: _Id | None = None
     reason: str | None = None
     attempt: _Count | None = None
     daemon: _Id | None = None
-    triggerAfterIds: list[Any] | None = None  # noqa: N815
-    deletedAt: Any = None  # noqa: N815
+    triggerAfterIds: list[Any] | None = None
+    deletedAt: Any = None
     records: Any = msgspec.UNSET  # a snapshot header's record count (UNSET: absent)
     format: _Format | None = None
 
@@ -65,7 +65,9 @@ class Odd:
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
-        self.taskId, self.task, self.dlqKey = (_id(record.get(k)) for k in ("taskId", "task", "dlqKey"))
+        get = record.get
+        self.taskId, self.task = _id(get("taskId")), _id(get("task"))
+        self.dlqKey = _id(get("dlqKey"))
         seq = record.get("seq")
         self.seq = seq if type(seq) is int else None
         self.event = record.get("event")

@@ -44,7 +44,7 @@ def test_stats_under_the_threshold_shows_none(tmp_path: Path) -> None:
 
 
 def test_the_bar_counts_every_item_and_asks_the_total_only_when_shown() -> None:
-    console, out = terminal()
+    console, _out = terminal()
     asked: list[int] = []
 
     def total() -> int:
