@@ -80,15 +80,39 @@ def stored_records(storage: Path, task_id: str, known: set[str]) -> list[dict[st
     parent only the log still names costs another pass). Blocking: call in a thread."""
     ids = {task_id, *known}
     records: list[dict[str, Any]] = []
+    index = _task_index(storage)
     for _ in range(MAX_PASSES):
-        records = [
-            item for item in iter_history(storage)
-            if not isinstance(item, SkippedLine) and tl.concerns(item, ids)
-        ]  # fmt: skip
+        if index is not None:
+            records = index(ids)
+        else:
+            records = [
+                item for item in iter_history(storage)
+                if not isinstance(item, SkippedLine) and tl.concerns(item, ids)
+            ]  # fmt: skip
         more = tl.parents_named(records, ids) - ids
         if not more:
             break
         ids |= more
+    return records
+
+
+def _task_index(storage: Path) -> Any:
+    """The records about some ids through the per-task index (extended first), or
+    None when it cannot be read (then the history is rescanned)."""
+    from snerd.errors import LogError
+    from snerd.eventlog.index import fresh_index, read_places
+    from snerd.eventlog.scan import history_paths
+
+    try:
+        files = history_paths(storage)
+        index = fresh_index(storage)
+    except (OSError, LogError):
+        return None
+
+    def records(ids: set[str]) -> list[dict[str, Any]]:
+        places = sorted({p for i in ids for p in index.places_of(i)})
+        return [dict(r) for _, r in read_places(files, places) if tl.concerns(r, ids)]
+
     return records
 
 
