@@ -33,7 +33,7 @@ import orjson
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.codec import decode_line
 from snerd.eventlog.layout import TASKS_DIR
-from snerd.eventlog.scan import Batch, Cursor, history_paths, next_file, scan_file
+from snerd.eventlog.scan import Batch, Cursor, Row, history_paths, next_file, scan_file
 
 INDEX_NAME = "tasks.idx"
 VERSION = 1
@@ -160,8 +160,9 @@ class Scanner:
     """Scans the files of a history from where an index stopped, noting each file's
     end (size and cursor) for the index header."""
 
-    def __init__(self, files: list[Path]) -> None:
+    def __init__(self, files: list[Path], row_type: type[Any] = Row) -> None:
         self.files = files
+        self.row_type = row_type
         self.sizes = [0] * len(files)
         self.cursors: list[Cursor] = [Cursor() for _ in files]
 
@@ -173,7 +174,7 @@ class Scanner:
             start = start_at if file_no == start_file else 0
             if file_no != start_file:
                 next_file(cursor)
-            yield from scan_file(path, file_no, cursor, start=start)
+            yield from scan_file(path, file_no, cursor, start=start, row_type=self.row_type)
             self.sizes[file_no] = cursor.offset
             self.cursors[file_no] = Cursor(**asdict(cursor))
 

@@ -109,25 +109,37 @@ class Cursor:
 
 
 _decoder = msgspec.json.Decoder(Row)
+_decoders: dict[type[Any], Any] = {}
+
+
+def _decoder_of(row_type: type[Any]) -> Any:
+    decoder = _decoders.get(row_type)
+    if decoder is None:
+        decoder = _decoders[row_type] = msgspec.json.Decoder(row_type)
+    return decoder
 
 
 def scan_file(
-    path: Path, file_no: int, cursor: Cursor, *, start: int = 0, final: bool | None = None
+    path: Path, file_no: int, cursor: Cursor, *, start: int = 0, final: bool | None = None,
+    row_type: type[Any] = Row,
 ) -> Iterator[Batch]:
     """The records of one file from byte ``start`` (a line start), as the full history
-    yields them given ``cursor`` (updated as the scan goes)."""
+    yields them given ``cursor`` (updated as the scan goes). ``row_type`` is the
+    ``msgspec.Struct`` of the fields wanted (default :class:`Row`)."""
+    decoder = _decoder if row_type is Row else _decoder_of(row_type)
     if final is None:
         final = path.parent.name == "archive"
     try:
         with open(path, "rb", buffering=0) as f:
             f.seek(start)
             cursor.offset = start
-            yield from _scan(f.fileno(), file_no, cursor, start, final)
+            yield from _scan(f.fileno(), file_no, cursor, start, final, decoder)
     except OSError as exc:
         raise LogError(f"cannot read log {path}: {exc}") from exc
 
 
-def _scan(fd: int, file_no: int, cursor: Cursor, offset: int, final: bool) -> Iterator[Batch]:
+def _scan(fd: int, file_no: int, cursor: Cursor, offset: int, final: bool,
+          decoder: Any) -> Iterator[Batch]:  # fmt: skip
     pending = b""
     while chunk := os.read(fd, CHUNK_SIZE):
         data = pending + chunk if pending else chunk
@@ -136,7 +148,7 @@ def _scan(fd: int, file_no: int, cursor: Cursor, offset: int, final: bool) -> It
             pending = data
             continue
         complete, pending = data[:cut], data[cut:]
-        batch = _decode(complete, offset, file_no)
+        batch = _decode(complete, offset, file_no, decoder)
         offset += cut
         cursor.offset = offset
         yield _history(batch, cursor)
@@ -150,26 +162,26 @@ def _scan(fd: int, file_no: int, cursor: Cursor, offset: int, final: bool) -> It
             yield _history(Batch(file_no, [Odd(item)], [offset], odd=True), cursor)
 
 
-def _decode(complete: bytes, offset: int, file_no: int) -> Batch:
+def _decode(complete: bytes, offset: int, file_no: int, decoder: Any) -> Batch:
     lengths = [len(line) + 1 for line in complete.split(b"\n")]
     lengths.pop()
     try:
-        rows: list[Item] = list(_decoder.decode_lines(complete))
+        rows: list[Item] = list(decoder.decode_lines(complete))
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return _decode_slow(complete, offset, file_no)
+        return _decode_slow(complete, offset, file_no, decoder)
     if len(rows) != len(lengths):  # a blank line (decode_lines skips it)
-        return _decode_slow(complete, offset, file_no)
+        return _decode_slow(complete, offset, file_no, decoder)
     offsets = list(accumulate(lengths, initial=offset))
     offsets.pop()
     return Batch(file_no, rows, offsets)
 
 
-def _decode_slow(complete: bytes, offset: int, file_no: int) -> Batch:
+def _decode_slow(complete: bytes, offset: int, file_no: int, decoder: Any) -> Batch:
     batch = Batch(file_no, [], [])
     pos = offset
     for line in complete.split(b"\n")[:-1]:
         if line.strip():
-            batch_item = _one(line, pos)
+            batch_item = _one(line, pos, decoder)
             if isinstance(batch_item, SkippedLine):
                 batch.skipped.append(batch_item)
             else:
@@ -180,9 +192,10 @@ def _decode_slow(complete: bytes, offset: int, file_no: int) -> Batch:
     return batch
 
 
-def _one(line: bytes, offset: int) -> Item | SkippedLine:
+def _one(line: bytes, offset: int, decoder: Any) -> Item | SkippedLine:
     try:
-        return _decoder.decode(line)
+        row: Item = decoder.decode(line)
+        return row
     except (msgspec.DecodeError, msgspec.ValidationError):
         pass
     item = decode_line(line, offset)  # raises LogFormatError on a newer major format
@@ -264,11 +277,11 @@ def history_paths(path: str | os.PathLike[str]) -> list[Path]:
     return history_files(p) if p.is_dir() else [log_file(p)]
 
 
-def scan_history(files: list[Path]) -> Iterator[Batch]:
+def scan_history(files: list[Path], row_type: type[Any] = Row) -> Iterator[Batch]:
     """Every record of ``files`` (as :func:`history_paths` lists them) in order, as
     :func:`iter_history` yields them, in batches."""
     cursor = Cursor()
     for file_no, path in enumerate(files):
         if file_no:
             next_file(cursor)
-        yield from scan_file(path, file_no, cursor)
+        yield from scan_file(path, file_no, cursor, row_type=row_type)

@@ -29,7 +29,7 @@ from rich.table import Table
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.chain import Break, ChainReport
 from snerd.projections import events as ev
-from snerd.projections.census import Census, NotCensus, Tally
+from snerd.projections.census import Census, CheckedCensus, NotCensus, Tally
 from snerd.projections.events import record_time
 from snerd.projections.history import (
     Audit,
@@ -43,7 +43,7 @@ from snerd.projections.history import (
 from snerd.projections.schedule import format_instant
 from snerd.projections.task import record_error
 from snerd.tools import kit
-from snerd.tools.replay_checks import Verifier
+from snerd.tools.replay_checks import CheckedRow, Verifier
 
 PIPE_WIDTH = 160  # columns when stdout is not a terminal (no wrapping of times and ids)
 PROGRESS_LINES = 100_000  # show a progress bar above this many lines (on a terminal)
@@ -187,6 +187,10 @@ def run_replay(
     (all its state depends on); ``--verify`` needs the state before every record,
     hence the full audit fold (several times slower).
     """
+    if figures_only and at is None and verify and task is None:
+        tally = fast_replay(source, now, checked=True)
+        if tally is not None:
+            return tally, None
     if figures_only and at is None and not verify:
         tally = fast_replay(source, now)
         if tally is not None:
@@ -216,14 +220,17 @@ def run_replay(
     return history, history_of(again if at is None else until(again, at), task, parents, now)
 
 
-def fast_replay(source: Source, now: float) -> Tally | None:
+def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
     """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
     the log holds a record only the full summary judges. Builds the per-task index
-    of a storage directory on the way when it has none (or extends it after)."""
+    of a storage directory on the way when it has none (or extends it after).
+    ``checked``: a census that also vouches there is no problem ``--verify`` would
+    name (None when there might be one)."""
     from array import array
 
     from snerd.errors import LogError
     from snerd.eventlog import index as idx
+    from snerd.eventlog.scan import Row
 
     storage = source.path if source.path.is_dir() else None
     build = None
@@ -231,8 +238,8 @@ def fast_replay(source: Source, now: float) -> Tally | None:
         old = idx.read_index(storage)
         if old is None or idx.resume_point(old, source.files) is None:
             build = idx.Builder()
-    scanner = idx.Scanner(source.files)
-    census = Census()
+    scanner = idx.Scanner(source.files, CheckedRow if checked else Row)
+    census = CheckedCensus() if checked else Census()
     places = array("Q")
     skipped: list[SkippedLine] = []
     try:
@@ -392,12 +399,13 @@ def transition_rows(entry: TaskHistory) -> list[dict[str, Any]]:
     ]
 
 
-def problem_rows(history: History, source: Source) -> list[dict[str, Any]]:
+def problem_rows(history: History | Tally, source: Source) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = [
         {"where": f"byte {s.offset}", "task": None, "problem": _skipped_text(s)}
         for s in source.skipped
     ]
-    rows.extend(_problem_row(p) for p in history.problems)
+    if isinstance(history, History):
+        rows.extend(_problem_row(p) for p in history.problems)
     return rows
 
 
@@ -484,13 +492,13 @@ def render_problems(rows: list[dict[str, Any]]) -> None:
 
 def verify_chain(source: Source) -> ChainReport:
     """Check the checksum chain of every file (key from ``SNERD_LOG_KEY[_FILE]``)."""
-    from snerd.eventlog.chain import key_from_env, verify
+    from snerd.eventlog.chain import key_from_env, verify, verify_plain
 
     try:
         key = key_from_env()
     except OSError as exc:
         raise UsageProblem(f"cannot read the chain key: {exc}") from None
-    return verify(source.files, key)
+    return verify_plain(source.files, key) or verify(source.files, key)
 
 
 def chain_rows(report: ChainReport) -> list[dict[str, Any]]:
@@ -566,7 +574,7 @@ def replay(
     if task_id is not None and entry is None:
         kit.fail(f"no task {task_id!r} in {path}", code=1)  # as cancel and dlq say it
         return
-    problems = problem_rows(history, source) if isinstance(history, History) and verify else []
+    problems = problem_rows(history, source) if verify else []
     chained = verify_chain(source) if verify else None
     if chained is not None:
         problems.extend(chain_rows(chained))

@@ -16,7 +16,7 @@ from snerd.eventlog import index as idx
 from snerd.eventlog.base import SkippedLine
 from snerd.eventlog.history import iter_history
 from snerd.eventlog.scan import Odd, history_paths, scan_history
-from snerd.projections.history import summarize
+from snerd.projections.history import audit, summarize
 from snerd.tools.replay import (
     _noting_parents,
     fast_replay,
@@ -36,7 +36,7 @@ def _lines(records: list[dict[str, Any]]) -> bytes:
 
 
 def build_storage(root: Path, records: list[dict[str, Any]], cuts: list[int],
-                  garbage: bool = False) -> Path:  # fmt: skip
+                  garbage: bool = False, renumber: bool = True) -> Path:  # fmt: skip
     """A storage whose history is ``records`` (given seq 1..n), compacted at ``cuts``:
     each later file starts with a snapshot header and block, then copies of the records
     just before the cut (a compaction's tail), then its own records."""
@@ -44,7 +44,8 @@ def build_storage(root: Path, records: list[dict[str, Any]], cuts: list[int],
     tasks = storage / "tasks"
     (tasks / "archive").mkdir(parents=True)
     for i, record in enumerate(records):
-        record["seq"] = i + 1
+        if renumber:
+            record["seq"] = i + 1
     bounds = [0, *sorted(set(cuts)), len(records)]
     for k in range(len(bounds) - 1):
         lo, hi = bounds[k], bounds[k + 1]
@@ -217,3 +218,143 @@ def test_a_missing_or_damaged_index_is_rebuilt(tmp_path: Path, damage: str) -> N
         log.write_bytes(data)
     _index_agrees(storage, {f"task-{i:08d}" for i in range(0, 40, 7)})
     assert idx.read_index(storage) is not None
+
+
+# --- the checked census vouches only for logs the full --verify finds clean ---------------------
+
+
+def _checked_agrees(storage: Path) -> bool:
+    from snerd.tools.replay_checks import Verifier
+
+    tally = fast_replay(open_source(storage), NOW, checked=True)
+    if tally is None:
+        return False
+    records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    full = audit(records, NOW, keep=lambda _: False, check=Verifier())
+    assert full.problems == []
+    assert (tally.counts(), tally.events, tally.invalid) == (
+        full.counts(), full.events, full.invalid)
+    return True
+
+
+@settings(max_examples=examples(300), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=logs_and_cuts)
+def test_the_checked_census_vouches_only_for_clean_logs(tmp_path_factory: Any, data: Any) -> None:
+    records, cuts = data
+    _checked_agrees(build_storage(tmp_path_factory.mktemp("v"), records, cuts))
+
+
+@settings(max_examples=examples(300), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(logs=loggen.valid_logs)
+def test_the_checked_census_on_plain_queues(tmp_path_factory: Any, logs: Any) -> None:
+    kinds = {"enqueued", "claimed", "progress", "succeeded", "retry_scheduled",
+             "dead_lettered", "cancelled", "claim_released"}  # fmt: skip
+    plain = [r for r in logs if r.get("event") in kinds]
+    _checked_agrees(build_storage(tmp_path_factory.mktemp("w"), plain, []))
+
+
+def test_the_checked_census_answers_for_a_realistic_log(tmp_path: Path) -> None:
+    from benchmarks.bench_replay import generate
+
+    generate(tmp_path / "s", 300)
+    assert _checked_agrees(tmp_path / "s")
+
+
+def test_checked_rows_type_every_field_the_rules_check() -> None:
+    from snerd.tools.replay_checks import FIELD_RULES, CheckedRow
+
+    assert set(FIELD_RULES) <= set(CheckedRow.__struct_fields__)
+
+
+def test_the_plain_chain_check_equals_the_full_one_or_declines(tmp_path: Path) -> None:
+    from benchmarks.bench_replay import generate
+    from snerd.eventlog.chain import verify, verify_plain
+
+    log, _ = generate(tmp_path / "s", 100)
+    files = history_paths(tmp_path / "s")
+    assert verify_plain(files) == verify(files)
+    data = log.read_bytes()
+    cut = data.index(b"\n", 5000) + 1
+    log.write_bytes(data[:cut] + data[cut:].replace(b"send_email", b"send_emaiL", 1))
+    assert verify_plain(files) is None  # a tampered line: the full check names it
+    assert any(b.kind == "altered" for b in verify(files).breaks)
+
+
+def writer_log(steps: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+    """What a correct writer of a plain queue writes for ``steps`` (op, task, extra):
+    ``op`` picks one of the moves legal for the task's state at that point."""
+    live: dict[str, tuple[str, int] | None] = {}
+    attempts: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
+    for n, (op, who, extra) in enumerate(steps):
+        tid, ts = f"t{who}", int(loggen.T0 * 1000) + n
+        daemon = f"d{extra % 2}"
+        fields = {"taskId": tid, "taskType": "x", "taskData": "{}", "retryCount": 0,
+                  "maxRetries": 3, "ts": ts, "daemon": daemon}  # fmt: skip
+        if tid not in live:
+            moves = ["enqueued"]
+        elif live[tid] is None:
+            moves = ["claimed", "claimed", "cancelled"]
+        else:
+            moves = ["progress", "claim_released", "succeeded", "retry_scheduled",
+                     "dead_lettered"]  # fmt: skip
+        move, claim = moves[op % len(moves)], live.get(tid)
+        if move == "enqueued":
+            live[tid], attempts[tid] = None, 0
+            out.append({**fields, "event": "enqueued"})
+        elif move == "claimed":
+            attempts[tid] += 1
+            live[tid] = (daemon, attempts[tid])
+            light = {"event": "claimed", "task": tid, "ts": ts, "daemon": daemon}
+            out.append(light if extra % 3 == 0 else {**light, "attempt": attempts[tid]})
+        elif move == "cancelled":
+            del live[tid]
+            out.append({**fields, "event": "cancelled"})
+        elif move == "progress":
+            assert claim is not None
+            out.append({"event": "progress", "task": tid, "ts": ts, "attempt": claim[1],
+                        "data": extra})  # fmt: skip
+        elif move == "claim_released":
+            live[tid] = None
+            out.append({"event": "claim_released", "task": tid, "ts": ts})
+        else:
+            assert claim is not None
+            out.append({**fields, "event": move, "daemon": claim[0], "attempt": claim[1]})
+            if move == "retry_scheduled":
+                live[tid] = None
+            else:
+                del live[tid]
+    return out
+
+
+steps = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 5)),
+                 max_size=60)  # fmt: skip
+
+
+@settings(max_examples=examples(300), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(plan=steps, fault=st.integers(0, 5), where=st.integers(0, 59), other=st.integers(0, 59))
+def test_the_checked_census_vouches_for_a_correct_writer_and_never_for_a_fault(
+    tmp_path_factory: Any, plan: Any, fault: int, where: int, other: int
+) -> None:
+    records = writer_log(plan)
+    for n, record in enumerate(records):
+        record["seq"] = n + 1
+    if records and fault:
+        i, j = where % len(records), other % len(records)
+        if fault == 1:
+            del records[i]  # a lost record
+        elif fault == 2:
+            records[i], records[j] = records[j], records[i]  # two swapped
+        elif fault == 3:
+            records[i]["daemon"] = "d9"  # another daemon's outcome
+        elif fault == 4:
+            records.insert(i, dict(records[j]))  # a record twice
+        else:
+            records[i]["seq"] = records[j]["seq"]  # seq out of order
+    storage = build_storage(tmp_path_factory.mktemp("f"), records, [], renumber=fault != 5)
+    answered = _checked_agrees(storage)
+    if not fault:
+        assert answered
