@@ -334,67 +334,83 @@ def _diagnose(
 # ------------------------------------------------------------------ the fast path
 
 
-class _NotPlain(Exception):
-    """A log the fast check does not vouch for: :func:`verify` it in full."""
+class PlainChain:
+    """:func:`verify`'s report for the common case, fed the raw lines of each file in
+    order (:meth:`feed`): every non-blank line chained with the expected tag (``k``
+    with a key, else ``b``), each file's chain starting from the genesis (no
+    compaction header) and every link intact. Anything else (a break, an unchained
+    line, a compacted file, a keyed line without the key...) makes :meth:`report`
+    None: only the full :func:`verify` names and diagnoses it."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key
+        self.copy = Chain(key)._base.copy
+        self.mark = b',"chain":"' + (b"k" if key else b"b")
+        self.file: int | None = None
+        self.prev = GENESIS
+        self.first = True
+        self.declined = False
+        self.chained = 0
+        self.head: bytes | None = None
+        self.done = False  # set by the reader once every line of every file was fed
+
+    def feed(self, file_no: int, lines: Sequence[bytes]) -> None:
+        if self.declined:
+            return
+        if file_no != self.file:
+            self.file, self.prev, self.first = file_no, GENESIS, True
+        prev, copy, mark, hexlify = self.prev, self.copy, self.mark, _hexlify
+        chained = 0
+        for line in lines:
+            if not line:
+                continue
+            if self.first:
+                self.first = False
+                head = _json(line)
+                if head is not None and head.get("event") == "snapshot":
+                    self.declined = True  # a compacted file: its origin needs the full check
+                    return
+            if line[-45:-34] != mark or line[-2:] != b'"}':
+                self.declined = True
+                return
+            h = copy()
+            h.update(prev)
+            h.update(line[:-45])
+            h.update(b"}")
+            prev = h.digest()
+            if hexlify(prev) != line[-34:-2]:
+                self.declined = True
+                return
+            chained += 1
+        self.prev = prev
+        self.chained += chained
+        if chained:
+            self.head = prev
+
+    def report(self) -> ChainReport | None:
+        if self.declined or not self.done:
+            return None
+        report = ChainReport(chained=self.chained)
+        if self.head is not None:
+            report.head = self.mark[-1:].decode() + self.head.hex()
+        return report
 
 
 def verify_plain(files: Sequence[Path], key: bytes | None = None) -> ChainReport | None:
-    """:func:`verify`'s report for the common case, streamed: every non-blank line of
-    every file chained with the expected tag (``k`` with a key, else ``b``), each file's
-    chain starting from the genesis (no compaction header) and every link intact. None
-    for anything else (a break, an unchained line, a compacted file...), which only
-    the full :func:`verify` names and diagnoses."""
-    tag = b"k" if key else b"b"
-    base = Chain(key)._base
-    report = ChainReport()
-    last: bytes | None = None
+    """:class:`PlainChain` over ``files`` (None: use :func:`verify`)."""
+    plain = PlainChain(key)
     try:
-        for path in files:
-            prev, head = _plain_file(path, base, tag, report)
-            last = head or last
-            del prev
-    except (_NotPlain, OSError):
+        for file_no, path in enumerate(files):
+            with open(path, "rb") as f:
+                pending = b""
+                while chunk := f.read(4 << 20):
+                    data = pending + chunk if pending else chunk
+                    cut = data.rfind(b"\n") + 1
+                    plain.feed(file_no, data[:cut].split(b"\n")[:-1])
+                    pending = data[cut:]
+                if pending.strip():
+                    plain.feed(file_no, [pending])
+    except OSError:
         return None
-    if last is not None:
-        report.head = tag.decode() + last.hex()
-    return report
-
-
-def _plain_file(
-    path: Path, base: Any, tag: bytes, report: ChainReport
-) -> tuple[bytes, bytes | None]:
-    prev, chained, first = GENESIS, 0, True
-    pending = b""
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(4 << 20)
-            data = pending + chunk if pending else chunk
-            if not chunk:
-                lines = [data] if data else []
-            else:
-                cut = data.rfind(b"\n") + 1
-                lines, pending = data[:cut].split(b"\n")[:-1], data[cut:]
-            for line in lines:
-                if not line:
-                    continue
-                if first:
-                    first = False
-                    head = _json(line)
-                    if head is not None and head.get("event") == "snapshot":
-                        raise _NotPlain("a compacted file")
-                i = line.rfind(_HEAD)
-                tail = line[i + 10 :]
-                if i < 0 or len(tail) != 35 or tail[:1] != tag or tail[33:] != b'"}':
-                    raise _NotPlain("not a chained line")
-                h = base.copy()
-                h.update(prev)
-                h.update(line[:i])
-                h.update(b"}")
-                prev = h.digest()
-                if _hexlify(prev) != tail[1:33]:
-                    raise _NotPlain("a broken link")
-                chained += 1
-            if not chunk:
-                break
-    report.chained += chained
-    return prev, prev if chained else None
+    plain.done = True
+    return plain.report()

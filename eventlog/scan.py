@@ -93,6 +93,8 @@ class Batch:
     offsets: list[int]
     skipped: list[SkippedLine] = field(default_factory=list)
     odd: bool = False  # some rows are :class:`Odd`
+    lines: list[bytes] = field(default_factory=list)
+    """Every raw line of the chunk, blank ones too (the checksum chain reads them)."""
 
 
 @dataclass(slots=True)
@@ -156,30 +158,31 @@ def _scan(fd: int, file_no: int, cursor: Cursor, offset: int, final: bool,
         item = decode_line(pending, offset, torn=True) if final else None
         if item is None or isinstance(item, SkippedLine):
             skipped = item or SkippedLine(offset, pending, REASON_INCOMPLETE)
-            yield Batch(file_no, [], [], [skipped])
+            yield Batch(file_no, [], [], [skipped], lines=[pending])
         else:
             cursor.offset = offset + len(pending)
-            yield _history(Batch(file_no, [Odd(item)], [offset], odd=True), cursor)
+            batch = Batch(file_no, [Odd(item)], [offset], odd=True, lines=[pending])
+            yield _history(batch, cursor)
 
 
 def _decode(complete: bytes, offset: int, file_no: int, decoder: Any) -> Batch:
-    lengths = [len(line) + 1 for line in complete.split(b"\n")]
-    lengths.pop()
+    lines = complete.split(b"\n")
+    lines.pop()
     try:
         rows: list[Item] = list(decoder.decode_lines(complete))
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return _decode_slow(complete, offset, file_no, decoder)
-    if len(rows) != len(lengths):  # a blank line (decode_lines skips it)
-        return _decode_slow(complete, offset, file_no, decoder)
-    offsets = list(accumulate(lengths, initial=offset))
+        return _decode_slow(lines, offset, file_no, decoder)
+    if len(rows) != len(lines):  # a blank line (decode_lines skips it)
+        return _decode_slow(lines, offset, file_no, decoder)
+    offsets = list(accumulate([len(line) + 1 for line in lines], initial=offset))
     offsets.pop()
-    return Batch(file_no, rows, offsets)
+    return Batch(file_no, rows, offsets, lines=lines)
 
 
-def _decode_slow(complete: bytes, offset: int, file_no: int, decoder: Any) -> Batch:
-    batch = Batch(file_no, [], [])
+def _decode_slow(lines: list[bytes], offset: int, file_no: int, decoder: Any) -> Batch:
+    batch = Batch(file_no, [], [], lines=lines)
     pos = offset
-    for line in complete.split(b"\n")[:-1]:
+    for line in lines:
         if line.strip():
             batch_item = _one(line, pos, decoder)
             if isinstance(batch_item, SkippedLine):
@@ -227,7 +230,7 @@ def _history(batch: Batch, cursor: Cursor) -> Batch:
         if seqs:
             top = max(seqs)
             cursor.last = top if cursor.last is None else max(cursor.last, top)
-        return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd)
+        return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd, batch.lines)
     covered = cursor.covered
     for i in range(start, len(rows)):
         row = rows[i]
@@ -243,7 +246,7 @@ def _history(batch: Batch, cursor: Cursor) -> Batch:
                 cursor.last = seq if cursor.last is None else max(cursor.last, seq)
         keep_rows.append(row)
         keep_offsets.append(offsets[i])
-    return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd)
+    return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd, batch.lines)
 
 
 def _header(row: Item, cursor: Cursor) -> bool:

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from snerd.eventlog.base import Record, SkippedLine
-from snerd.eventlog.chain import Break, ChainReport
+from snerd.eventlog.chain import Break, ChainReport, PlainChain
 from snerd.projections import events as ev
 from snerd.projections.census import Census, CheckedCensus, NotCensus, Tally
 from snerd.projections.events import record_time
@@ -174,7 +174,7 @@ def progress_total(source: Source) -> int | None:
 
 def run_replay(
     source: Source, *, task: str | None, at: float | None, verify: bool, now: float,
-    figures_only: bool = False,
+    figures_only: bool = False, chain: PlainChain | None = None,
 ) -> tuple[History | Tally, TaskHistory | None]:
     """The figures of every task, and the full history of ``task`` if given.
 
@@ -185,10 +185,12 @@ def run_replay(
     Otherwise the figures come from the :class:`Summary`, and a task's transitions
     from a second pass that folds only the records of that task and of its parents
     (all its state depends on); ``--verify`` needs the state before every record,
-    hence the full audit fold (several times slower).
+    hence the full audit fold (several times slower), unless a checked census vouches
+    that there is no problem to name; ``chain`` then checks the checksum chain in the
+    same pass.
     """
     if figures_only and at is None and verify and task is None:
-        tally = fast_replay(source, now, checked=True)
+        tally = fast_replay(source, now, checked=True, chain=chain)
         if tally is not None:
             return tally, None
     if figures_only and at is None and not verify:
@@ -220,7 +222,9 @@ def run_replay(
     return history, history_of(again if at is None else until(again, at), task, parents, now)
 
 
-def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
+def fast_replay(
+    source: Source, now: float, *, checked: bool = False, chain: PlainChain | None = None
+) -> Tally | None:
     """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
     the log holds a record only the full summary judges. Builds the per-task index
     of a storage directory on the way when it has none (or extends it after).
@@ -248,6 +252,8 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
             if batch.odd:
                 return None
             census.feed(batch.rows)
+            if chain is not None:
+                chain.feed(batch.file, batch.lines)
             base = batch.file << idx.FILE_SHIFT
             places.extend([base | offset for offset in batch.offsets])
             if build is not None:
@@ -260,6 +266,8 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
         raise UsageProblem(str(exc)) from None
     source.skipped.extend(skipped)
     source.read += census.events
+    if chain is not None:
+        chain.done = True
     if storage is not None:
         if build is not None:
             idx.write_index(storage, source.files, scanner.sizes, scanner.cursors, build)
@@ -490,14 +498,24 @@ def render_problems(rows: list[dict[str, Any]]) -> None:
 # --- the checksum chain ---------------------------------------------------------------
 
 
-def verify_chain(source: Source) -> ChainReport:
-    """Check the checksum chain of every file (key from ``SNERD_LOG_KEY[_FILE]``)."""
-    from snerd.eventlog.chain import key_from_env, verify, verify_plain
+def chain_key() -> bytes | None:
+    """The chain key from ``SNERD_LOG_KEY[_FILE]``."""
+    from snerd.eventlog.chain import key_from_env
 
     try:
-        key = key_from_env()
+        return key_from_env()
     except OSError as exc:
         raise UsageProblem(f"cannot read the chain key: {exc}") from None
+
+
+def verify_chain(source: Source, plain: PlainChain | None = None) -> ChainReport:
+    """Check the checksum chain of every file: ``plain``'s report when it vouches for
+    it (fed during the replay's scan), else the full check."""
+    from snerd.eventlog.chain import verify, verify_plain
+
+    key = chain_key()
+    if plain is not None and plain.done:  # it read every line
+        return plain.report() or verify(source.files, key)
     return verify_plain(source.files, key) or verify(source.files, key)
 
 
@@ -563,8 +581,9 @@ def replay(
     try:
         at = parse_at(at_text)
         source = open_source(path)
+        plain = PlainChain(chain_key()) if verify else None
         history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time(),
-                                    figures_only=not as_json)
+                                    figures_only=not as_json, chain=plain)
         if source.read == 0 and source.skipped:
             raise UsageProblem(f"{path} is not a task log: none of its lines is a log record "
                                f"({len(source.skipped)} skipped)")  # fmt: skip
@@ -575,7 +594,7 @@ def replay(
         kit.fail(f"no task {task_id!r} in {path}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
-    chained = verify_chain(source) if verify else None
+    chained = verify_chain(source, plain) if verify else None
     if chained is not None:
         problems.extend(chain_rows(chained))
     if as_json:

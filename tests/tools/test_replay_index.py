@@ -358,3 +358,25 @@ def test_the_checked_census_vouches_for_a_correct_writer_and_never_for_a_fault(
     answered = _checked_agrees(storage)
     if not fault:
         assert answered
+
+
+def test_verify_through_the_fast_path_reports_what_the_full_check_reports(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from benchmarks.bench_replay import generate
+    from snerd.eventlog.chain import verify
+    from snerd.tools.replay import replay
+
+    log, _ = generate(tmp_path / "s", 100)
+    storage = str(tmp_path / "s")
+    clean = orjson.loads(CliRunner().invoke(replay, [storage, "--verify", "--json"]).output)
+    plain = CliRunner().invoke(replay, [storage, "--verify"])
+    assert plain.exit_code == 0 and "Verified: no problems found." in plain.output
+    report = verify(history_paths(tmp_path / "s"))
+    assert f"{report.chained:,} checksummed" in plain.output
+    assert clean["chain"]["head"] == report.head
+    data = log.read_bytes()
+    cut = data.index(b"\n", 5000) + 1
+    log.write_bytes(data[:cut] + data[cut:].replace(b"send_email", b"send_emaiL", 1))
+    tampered = CliRunner().invoke(replay, [storage, "--verify"])
+    assert tampered.exit_code == 1 and "altered" in tampered.output
