@@ -2,8 +2,9 @@
 
 ``S/tasks/tasks.idx`` is a derived file (``specs/log-storage.md`` §12): deleting it
 loses nothing, the tools rebuild it. It maps a 32-bit hash (CRC-32 of the UTF-8 id)
-of every id a record names (``taskId``, ``task``, ``dlqKey``) to the record's place:
-``file number << 40 | byte offset``. A lookup finds the entries with the id's hash,
+of every id a record names (``taskId``, ``task``, ``dlqKey``) to the record's place
+(``eventlog/scan.py``: a global offset in the history files laid end to end, and
+a number of lines to skip from there). A lookup finds the entries with the id's hash,
 reads those lines and keeps the ones that really name the id (a hash collision only
 costs a read). The header records, per history file, its device and inode (a
 compaction renames the live log into the archive: same inode), the bytes indexed and
@@ -21,6 +22,7 @@ import os
 import sys
 import zlib
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from itertools import compress
@@ -33,12 +35,20 @@ import orjson
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.codec import decode_line
 from snerd.eventlog.layout import TASKS_DIR
-from snerd.eventlog.scan import Batch, Cursor, Row, history_paths, next_file, scan_file
+from snerd.eventlog.scan import (
+    LINE_BITS,
+    LINE_MASK,
+    Batch,
+    Cursor,
+    Row,
+    bases_of,
+    history_paths,
+    next_file,
+    scan_file,
+)
 
 INDEX_NAME = "tasks.idx"
 VERSION = 1
-FILE_SHIFT = 40  # a place is file << 40 | offset (files up to 1 TiB)
-_OFFSET_MASK = (1 << FILE_SHIFT) - 1
 _ID_FIELDS = ("taskId", "task", "dlqKey")
 _getters = [attrgetter(name) for name in _ID_FIELDS]
 
@@ -61,6 +71,7 @@ class FileMark:
     ino: int
     size: int  # bytes indexed (up to the end of the last complete line)
     cursor: dict[str, Any]
+    base: int  # the file's global offset (the sizes of the files before it)
 
 
 class Builder:
@@ -71,8 +82,7 @@ class Builder:
         self.places = array("Q")
 
     def add(self, batch: Batch) -> None:
-        rows, base = batch.rows, batch.file << FILE_SHIFT
-        places = [base | offset for offset in batch.offsets]
+        rows, places = batch.rows, batch.places
         crc, keys, out = zlib.crc32, self.keys, self.places
         for get in _getters:
             ids = list(map(get, rows))
@@ -106,20 +116,20 @@ class TaskIndex:
         return sorted(found)
 
 
-def _mark(path: Path, size: int, cursor: Cursor, tasks_dir: Path) -> FileMark:
+def _mark(path: Path, size: int, cursor: Cursor, base: int, tasks_dir: Path) -> FileMark:
     st = path.stat()
     try:
         name = str(path.relative_to(tasks_dir))
     except ValueError:
         name = str(path)
-    return FileMark(name, st.st_dev, st.st_ino, size, asdict(cursor))
+    return FileMark(name, st.st_dev, st.st_ino, size, asdict(cursor), base)
 
 
-def write_index(storage: Path, files: Sequence[Path], sizes: Sequence[int],
-                cursors: Sequence[Cursor], builder: Builder) -> bool:  # fmt: skip
+def write_index(storage: Path, scanner: Scanner, builder: Builder) -> bool:
     """Write the index atomically; False when the directory is not writable."""
     tasks_dir = storage / TASKS_DIR
-    marks = [_mark(p, s, c, tasks_dir) for p, s, c in zip(files, sizes, cursors, strict=False)]
+    marks = [_mark(p, s, c, b, tasks_dir) for p, s, c, b in zip(
+        scanner.files, scanner.sizes, scanner.cursors, scanner.bases, strict=True)]  # fmt: skip
     header = {"snerdIndex": VERSION, "byteorder": sys.byteorder, "count": len(builder.keys),
               "files": [asdict(m) for m in marks]}  # fmt: skip
     target = index_path(storage)
@@ -160,9 +170,12 @@ class Scanner:
     """Scans the files of a history from where an index stopped, noting each file's
     end (size and cursor) for the index header."""
 
-    def __init__(self, files: list[Path], row_type: type[Any] = Row) -> None:
+    def __init__(self, files: list[Path], row_type: type[Any] = Row,
+                 keep_lines: bool = False) -> None:  # fmt: skip
         self.files = files
         self.row_type = row_type
+        self.keep_lines = keep_lines
+        self.bases = bases_of(files)
         self.sizes = [0] * len(files)
         self.cursors: list[Cursor] = [Cursor() for _ in files]
 
@@ -174,7 +187,8 @@ class Scanner:
             start = start_at if file_no == start_file else 0
             if file_no != start_file:
                 next_file(cursor)
-            yield from scan_file(path, file_no, cursor, start=start, row_type=self.row_type)
+            yield from scan_file(path, file_no, cursor, start=start, base=self.bases[file_no],
+                                 row_type=self.row_type, keep_lines=self.keep_lines)
             self.sizes[file_no] = cursor.offset
             self.cursors[file_no] = Cursor(**asdict(cursor))
 
@@ -198,7 +212,7 @@ def fresh_index(storage: Path) -> TaskIndex:
             scanner.cursors[i] = Cursor(**mark.cursor)
     for batch in scanner.batches(start_file, start_at, cursor):
         builder.add(batch)
-    write_index(storage, files, scanner.sizes, scanner.cursors, builder)
+    write_index(storage, scanner, builder)
     return TaskIndex([], builder.keys, builder.places)
 
 
@@ -206,27 +220,31 @@ def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] |
     """(file, offset, cursor) where to go on from ``old``; None if it must be rebuilt."""
     if not old.files or len(old.files) > len(files):
         return None
-    for mark, path in zip(old.files, files, strict=False):
-        try:
+    try:
+        bases = bases_of(files)
+        for mark, path, base in zip(old.files, files, bases, strict=False):
             st = path.stat()
-        except OSError:
-            return None
-        if (st.st_dev, st.st_ino) != (mark.dev, mark.ino) or st.st_size < mark.size:
-            return None
+            if (st.st_dev, st.st_ino, base) != (mark.dev, mark.ino, mark.base) \
+                    or st.st_size < mark.size:  # fmt: skip
+                return None
+    except OSError:
+        return None
     last = len(old.files) - 1
     return last, old.files[last].size, Cursor(**old.files[last].cursor)
 
 
 def read_places(files: Sequence[Path], places: Iterable[int]) -> Iterator[tuple[int, Record]]:
     """(place, record) of the line at each place (lines that are no record are left out)."""
+    bases = bases_of(files)
     handles: dict[int, int] = {}
     try:
         for place in places:
-            file_no, offset = place >> FILE_SHIFT, place & _OFFSET_MASK
+            at, skip = place >> LINE_BITS, place & LINE_MASK
+            file_no = bisect_right(bases, at) - 1
             fd = handles.get(file_no)
             if fd is None:
                 fd = handles[file_no] = os.open(files[file_no], os.O_RDONLY)
-            line = _line_at(fd, offset)
+            offset, line = _line_at(fd, at - bases[file_no], skip)
             item = decode_line(line, offset)
             if not isinstance(item, SkippedLine):
                 yield place, item
@@ -235,17 +253,26 @@ def read_places(files: Sequence[Path], places: Iterable[int]) -> Iterator[tuple[
             os.close(fd)
 
 
-def _line_at(fd: int, offset: int) -> bytes:
+def _line_at(fd: int, offset: int, skip: int) -> tuple[int, bytes]:
+    """(offset, bytes) of the line ``skip`` lines after the one at ``offset``."""
+    size = 1 << 16
+    while skip:
+        block = os.pread(fd, size, offset)
+        if not block:
+            return offset, b""
+        found = block.count(b"\n")
+        if found < skip:
+            offset += len(block)
+            skip -= found
+            continue
+        parts = block.split(b"\n", skip)
+        offset += len(block) - len(parts[-1])
+        skip = 0
     out = b""
-    size = 4096
     while True:
         block = os.pread(fd, size, offset + len(out))
         cut = block.find(b"\n")
         if cut >= 0 or not block:
-            return out + (block if cut < 0 else block[:cut])
+            return offset, out + (block if cut < 0 else block[:cut])
         out += block
         size = min(size * 2, 1 << 22)
-
-
-def place(file_no: int, offset: int) -> int:
-    return file_no << FILE_SHIFT | offset

@@ -16,7 +16,7 @@ back to :func:`iter_history` when it meets anything else.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
@@ -30,7 +30,13 @@ from snerd.eventlog.codec import MAX_SEQ, decode_line
 from snerd.eventlog.history import REASON_INCOMPLETE, SNAPSHOT_EVENT, history_files
 from snerd.eventlog.layout import log_file
 
-CHUNK_SIZE = 4 << 20
+CHUNK_SIZE = 1 << 20
+LINE_BITS = 20
+"""A record's place: ``global offset << LINE_BITS | line``, the global offset of a
+line start in the history's files laid end to end (each file's ``base`` is the size
+of the files before it), ``line`` the lines to skip from there (a whole chunk is
+placed from its start, so no line is measured)."""
+LINE_MASK = (1 << LINE_BITS) - 1
 
 _Id = Annotated[str, msgspec.Meta(min_length=1)]
 _Seq = Annotated[int, msgspec.Meta(ge=0, le=MAX_SEQ)]
@@ -85,16 +91,18 @@ Item = Row | Odd
 
 @dataclass(slots=True)
 class Batch:
-    """Consecutive records of one file (the ones the full history yields), the byte
-    offset of each one's line, and the lines skipped among them (in file order)."""
+    """Consecutive records of one file (the ones the full history yields), the place
+    of each one's line (:data:`LINE_BITS`), and the lines skipped among them."""
 
-    file: int  # index into :attr:`Scan.files`
+    file: int  # index into the files scanned
     rows: list[Item]
-    offsets: list[int]
+    places: Sequence[int]
     skipped: list[SkippedLine] = field(default_factory=list)
     odd: bool = False  # some rows are :class:`Odd`
     lines: list[bytes] = field(default_factory=list)
-    """Every raw line of the chunk, blank ones too (the checksum chain reads them)."""
+    """Every raw line of the chunk, blank ones too, when asked for (the checksum chain
+    reads them)."""
+    end: int = 0  # the file offset after the chunk
 
 
 @dataclass(slots=True)
@@ -122,12 +130,13 @@ def _decoder_of(row_type: type[Any]) -> Any:
 
 
 def scan_file(
-    path: Path, file_no: int, cursor: Cursor, *, start: int = 0, final: bool | None = None,
-    row_type: type[Any] = Row,
+    path: Path, file_no: int, cursor: Cursor, *, start: int = 0, base: int = 0,
+    final: bool | None = None, row_type: type[Any] = Row, keep_lines: bool = False,
 ) -> Iterator[Batch]:
     """The records of one file from byte ``start`` (a line start), as the full history
-    yields them given ``cursor`` (updated as the scan goes). ``row_type`` is the
-    ``msgspec.Struct`` of the fields wanted (default :class:`Row`)."""
+    yields them given ``cursor`` (updated as the scan goes). ``base``: the file's
+    global offset (for places); ``row_type``: the ``msgspec.Struct`` of the fields
+    wanted (default :class:`Row`); ``keep_lines``: also hand over the raw lines."""
     decoder = _decoder if row_type is Row else _decoder_of(row_type)
     if final is None:
         final = path.parent.name == "archive"
@@ -135,64 +144,82 @@ def scan_file(
         with open(path, "rb", buffering=0) as f:
             f.seek(start)
             cursor.offset = start
-            yield from _scan(f.fileno(), file_no, cursor, start, final, decoder)
+            scan = _Scan(f.fileno(), file_no, base, decoder, keep_lines)
+            yield from scan.run(cursor, start, final)
     except OSError as exc:
         raise LogError(f"cannot read log {path}: {exc}") from exc
 
 
-def _scan(fd: int, file_no: int, cursor: Cursor, offset: int, final: bool,
-          decoder: Any) -> Iterator[Batch]:  # fmt: skip
-    pending = b""
-    while chunk := os.read(fd, CHUNK_SIZE):
-        data = pending + chunk if pending else chunk
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            pending = data
-            continue
-        complete, pending = data[:cut], data[cut:]
-        batch = _decode(complete, offset, file_no, decoder)
-        offset += cut
-        cursor.offset = offset
-        yield _history(batch, cursor)
-    if pending.strip():
-        item = decode_line(pending, offset, torn=True) if final else None
-        if item is None or isinstance(item, SkippedLine):
-            skipped = item or SkippedLine(offset, pending, REASON_INCOMPLETE)
-            yield Batch(file_no, [], [], [skipped], lines=[pending])
-        else:
-            cursor.offset = offset + len(pending)
-            batch = Batch(file_no, [Odd(item)], [offset], odd=True, lines=[pending])
+@dataclass(slots=True)
+class _Scan:
+    fd: int
+    file_no: int
+    base: int
+    decoder: Any
+    keep_lines: bool
+
+    def run(self, cursor: Cursor, offset: int, final: bool) -> Iterator[Batch]:
+        pending = b""
+        file_no = self.file_no
+        while chunk := os.read(self.fd, CHUNK_SIZE):
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                pending = data
+                continue
+            complete, pending = data[:cut], data[cut:]
+            batch = self.decode(complete, offset)
+            offset += cut
+            cursor.offset = batch.end = offset
             yield _history(batch, cursor)
-
-
-def _decode(complete: bytes, offset: int, file_no: int, decoder: Any) -> Batch:
-    lines = complete.split(b"\n")
-    lines.pop()
-    try:
-        rows: list[Item] = list(decoder.decode_lines(complete))
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return _decode_slow(lines, offset, file_no, decoder)
-    if len(rows) != len(lines):  # a blank line (decode_lines skips it)
-        return _decode_slow(lines, offset, file_no, decoder)
-    offsets = list(accumulate([len(line) + 1 for line in lines], initial=offset))
-    offsets.pop()
-    return Batch(file_no, rows, offsets, lines=lines)
-
-
-def _decode_slow(lines: list[bytes], offset: int, file_no: int, decoder: Any) -> Batch:
-    batch = Batch(file_no, [], [], lines=lines)
-    pos = offset
-    for line in lines:
-        if line.strip():
-            batch_item = _one(line, pos, decoder)
-            if isinstance(batch_item, SkippedLine):
-                batch.skipped.append(batch_item)
+        if pending.strip():
+            item = decode_line(pending, offset, torn=True) if final else None
+            lines = [pending] if self.keep_lines else []
+            if item is None or isinstance(item, SkippedLine):
+                skipped = item or SkippedLine(offset, pending, REASON_INCOMPLETE)
+                yield Batch(file_no, [], [], [skipped], lines=lines, end=offset)
             else:
-                batch.rows.append(batch_item)
-                batch.offsets.append(pos)
-                batch.odd = batch.odd or type(batch_item) is Odd
-        pos += len(line) + 1
-    return batch
+                cursor.offset = offset + len(pending)
+                place = (self.base + offset) << LINE_BITS
+                batch = Batch(file_no, [Odd(item)], [place], odd=True, lines=lines,
+                              end=cursor.offset)  # fmt: skip
+                yield _history(batch, cursor)
+
+    def decode(self, complete: bytes, offset: int) -> Batch:
+        n = complete.count(b"\n")
+        lines: list[bytes] = []
+        if self.keep_lines:
+            lines = complete.split(b"\n")
+            lines.pop()
+        if n <= LINE_MASK:
+            try:
+                rows: list[Item] = list(self.decoder.decode_lines(complete))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                rows = []
+            if len(rows) == n:  # else a bad or blank line (decode_lines skips blank ones)
+                start = (self.base + offset) << LINE_BITS
+                return Batch(self.file_no, rows, range(start, start + n), lines=lines)
+        if not lines:
+            lines = complete.split(b"\n")
+            lines.pop()
+        return self.decode_slow(lines, offset)
+
+    def decode_slow(self, lines: list[bytes], offset: int) -> Batch:
+        """Line by line: the exact place of each record, odd rows, skipped lines."""
+        places: list[int] = []
+        batch = Batch(self.file_no, [], places, lines=lines if self.keep_lines else [])
+        pos = self.base + offset
+        for line in lines:
+            if line.strip():
+                item = _one(line, pos - self.base, self.decoder)
+                if isinstance(item, SkippedLine):
+                    batch.skipped.append(item)
+                else:
+                    batch.rows.append(item)
+                    places.append(pos << LINE_BITS)
+                    batch.odd = batch.odd or type(item) is Odd
+            pos += len(line) + 1
+        return batch
 
 
 def _one(line: bytes, offset: int, decoder: Any) -> Item | SkippedLine:
@@ -207,11 +234,11 @@ def _one(line: bytes, offset: int, decoder: Any) -> Item | SkippedLine:
 
 def _history(batch: Batch, cursor: Cursor) -> Batch:
     """Drop what :func:`iter_history` drops: a covered snapshot block, copied records."""
-    rows, offsets = batch.rows, batch.offsets
+    rows, places = batch.rows, batch.places
     if not rows:
         return batch
     keep_rows: list[Item] = []
-    keep_offsets: list[int] = []
+    keep_places: list[int] = []
     start = 0
     if cursor.first:
         cursor.first = False
@@ -219,18 +246,13 @@ def _history(batch: Batch, cursor: Cursor) -> Batch:
             start = 1
             if not cursor.skip_block:
                 keep_rows.append(rows[0])
-                keep_offsets.append(offsets[0])
+                keep_places.append(places[0])
     if cursor.covered is None and cursor.block == 0:  # everything is new: the fast way
         if start == 0:
-            keep_rows, keep_offsets = rows, offsets
-        else:
-            keep_rows.extend(rows[1:])
-            keep_offsets.extend(offsets[1:])
-        seqs = [s for s in (r.seq for r in rows[start:]) if s is not None]
-        if seqs:
-            top = max(seqs)
-            cursor.last = top if cursor.last is None else max(cursor.last, top)
-        return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd, batch.lines)
+            return batch_with(batch, rows, places, cursor)
+        keep_rows.extend(rows[1:])
+        keep_places.extend(places[1:])
+        return batch_with(batch, keep_rows, keep_places, cursor)
     covered = cursor.covered
     for i in range(start, len(rows)):
         row = rows[i]
@@ -245,8 +267,22 @@ def _history(batch: Batch, cursor: Cursor) -> Batch:
                     continue
                 cursor.last = seq if cursor.last is None else max(cursor.last, seq)
         keep_rows.append(row)
-        keep_offsets.append(offsets[i])
-    return Batch(batch.file, keep_rows, keep_offsets, batch.skipped, batch.odd, batch.lines)
+        keep_places.append(places[i])
+    return Batch(batch.file, keep_rows, keep_places, batch.skipped, batch.odd, batch.lines,
+                 batch.end)  # fmt: skip
+
+
+def batch_with(
+    batch: Batch, rows: list[Item], places: Sequence[int], cursor: Cursor
+) -> Batch:
+    """``batch`` with these rows, noting the highest seq among them."""
+    seqs = [s for s in (r.seq for r in rows) if s is not None]
+    if seqs:
+        top = max(seqs)
+        cursor.last = top if cursor.last is None else max(cursor.last, top)
+    if rows is batch.rows:
+        return batch
+    return Batch(batch.file, rows, places, batch.skipped, batch.odd, batch.lines, batch.end)
 
 
 def _header(row: Item, cursor: Cursor) -> bool:
@@ -280,11 +316,16 @@ def history_paths(path: str | os.PathLike[str]) -> list[Path]:
     return history_files(p) if p.is_dir() else [log_file(p)]
 
 
+def bases_of(files: Sequence[Path]) -> list[int]:
+    """Each file's global offset: the sizes of the files before it, laid end to end."""
+    return list(accumulate((p.stat().st_size for p in files[:-1]), initial=0))
+
+
 def scan_history(files: list[Path], row_type: type[Any] = Row) -> Iterator[Batch]:
     """Every record of ``files`` (as :func:`history_paths` lists them) in order, as
     :func:`iter_history` yields them, in batches."""
     cursor = Cursor()
-    for file_no, path in enumerate(files):
+    for file_no, (path, base) in enumerate(zip(files, bases_of(files), strict=True)):
         if file_no:
             next_file(cursor)
-        yield from scan_file(path, file_no, cursor, row_type=row_type)
+        yield from scan_file(path, file_no, cursor, base=base, row_type=row_type)

@@ -242,7 +242,7 @@ def fast_replay(
         old = idx.read_index(storage)
         if old is None or idx.resume_point(old, source.files) is None:
             build = idx.Builder()
-    scanner = idx.Scanner(source.files, CheckedRow if checked else Row)
+    scanner = idx.Scanner(source.files, CheckedRow if checked else Row, chain is not None)
     census = CheckedCensus() if checked else Census()
     places = array("Q")
     skipped: list[SkippedLine] = []
@@ -254,8 +254,7 @@ def fast_replay(
             census.feed(batch.rows)
             if chain is not None:
                 chain.feed(batch.file, batch.lines)
-            base = batch.file << idx.FILE_SHIFT
-            places.extend([base | offset for offset in batch.offsets])
+            places.extend(batch.places)
             if build is not None:
                 build.add(batch)
         live = [record for _, record in idx.read_places(
@@ -270,7 +269,7 @@ def fast_replay(
         chain.done = True
     if storage is not None:
         if build is not None:
-            idx.write_index(storage, source.files, scanner.sizes, scanner.cursors, build)
+            idx.write_index(storage, scanner, build)
         else:
             idx.fresh_index(storage)
     return census.finish(live, now)
@@ -291,8 +290,7 @@ def _scan_progress(scanner: Any, source: Source) -> Iterator[Any]:
         bar = progress.add_task("replay", total=total)
         for batch in batches:
             yield batch
-            if batch.offsets:
-                progress.update(bar, completed=sum(sizes[: batch.file]) + batch.offsets[-1])
+            progress.update(bar, completed=sum(sizes[: batch.file]) + batch.end)
 
 
 def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHistory | None]:

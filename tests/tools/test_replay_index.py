@@ -380,3 +380,15 @@ def test_verify_through_the_fast_path_reports_what_the_full_check_reports(tmp_pa
     log.write_bytes(data[:cut] + data[cut:].replace(b"send_email", b"send_emaiL", 1))
     tampered = CliRunner().invoke(replay, [storage, "--verify"])
     assert tampered.exit_code == 1 and "altered" in tampered.output
+
+
+def test_the_index_of_a_realistic_log_gives_a_rescans_history(tmp_path: Path) -> None:
+    from benchmarks.bench_replay import generate
+
+    generate(tmp_path / "s", 3000)  # ~4 MB: places deep into 1 MB chunks
+    source = open_source(tmp_path / "s")
+    for i in [*range(0, 3000, 97), 2999]:
+        task = f"task-{i:08d}"
+        known, entry = indexed_history(source, task, NOW)
+        assert known and entry is not None
+        assert entry == full_history(tmp_path / "s", task)
