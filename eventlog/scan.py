@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -119,6 +121,8 @@ class Cursor:
 
 
 _decoder = msgspec.json.Decoder(Row)
+_seq = attrgetter("seq")
+_not_none = partial(is_not, None)
 _decoders: dict[type[Any], Any] = {}
 
 
@@ -193,7 +197,7 @@ class _Scan:
             lines.pop()
         if n <= LINE_MASK:
             try:
-                rows: list[Item] = list(self.decoder.decode_lines(complete))
+                rows: list[Item] = self.decoder.decode_lines(complete)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 rows = []
             if len(rows) == n:  # else a bad or blank line (decode_lines skips blank ones)
@@ -276,9 +280,8 @@ def batch_with(
     batch: Batch, rows: list[Item], places: Sequence[int], cursor: Cursor
 ) -> Batch:
     """``batch`` with these rows, noting the highest seq among them."""
-    seqs = [s for s in (r.seq for r in rows) if s is not None]
-    if seqs:
-        top = max(seqs)
+    top = max(filter(_not_none, map(_seq, rows)), default=None)
+    if top is not None:
         cursor.last = top if cursor.last is None else max(cursor.last, top)
     if rows is batch.rows:
         return batch

@@ -91,19 +91,23 @@ class Census:
 
     def feed(self, rows: Sequence[Any], first: int | None = None) -> None:
         """Count ``rows``; ``first`` is the position of the first (default: the next)."""
-        k = self.events if first is None else first
+        start = self.events if first is None else first
         seen, live, dlq = self.seen, self.live, self.dlq
-        for row in rows:
+        light, full_state, tombstone = _LIGHT, _FULL_STATE, _TOMBSTONE
+        k = start
+        for k, row in enumerate(rows, start):
             event = row.event
-            if event in _LIGHT:
-                task_id = row.task if row.task is not None else row.taskId
+            if event in light:
+                task_id = row.task
+                if task_id is None:
+                    task_id = row.taskId
                 if task_id is None or (event == "claimed" and (
                         row.daemon is None or row.attempt == 0)):  # fmt: skip
                     raise NotCensus(f"record {k + 1}: {event} without a usable task")
                 positions = live.get(task_id)
                 if positions is not None:
                     positions.append(k)
-            elif event in _FULL_STATE:
+            elif event in full_state:
                 task_id = row.taskId
                 if task_id is None or row.taskType is None or row.triggerAfterIds:
                     raise NotCensus(f"record {k + 1}: {event} the census cannot judge")
@@ -113,12 +117,12 @@ class Census:
                 else:
                     positions.append(k)
                 seen[task_id] = LIVE
-            elif event in _TOMBSTONE:
+            elif event in tombstone:
                 task_id = row.taskId
                 if task_id is None:
                     raise NotCensus(f"record {k + 1}: {event} without a taskId")
                 live.pop(task_id, None)
-                seen[task_id] = _TOMBSTONE[event]
+                seen[task_id] = tombstone[event]
             elif event == "dead_lettered":
                 task_id = row.taskId
                 if (task_id is None or row.taskType is None
@@ -129,8 +133,8 @@ class Census:
                 seen[task_id] = DEAD_LETTERED
             elif event != "snapshot":
                 raise NotCensus(f"record {k + 1}: {event or 'SnerdMQ state'} line")
-            k += 1
-        self.events = max(self.events, k)
+        if rows:
+            self.events = max(self.events, k + 1)
 
     def live_positions(self) -> list[int]:
         """The positions of every record of the tasks live now, in log order."""
