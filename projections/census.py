@@ -80,22 +80,21 @@ _TOMBSTONE: Final = {"succeeded": COMPLETED, "cancelled": CANCELLED}
 
 
 class Census:
-    """Feed rows in log order (:meth:`feed`), then :meth:`finish` with the records of
-    the live tasks (their positions: :meth:`live_positions`)."""
+    """Feed rows in log order with their places (:meth:`feed`), then :meth:`finish`
+    with the records of the live tasks (at :meth:`live_places`)."""
 
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}
-        self.live: dict[str, list[int]] = {}
+        self.live: dict[str, list[int]] = {}  # live task -> the places of its records
         self.dlq: set[str] = set()
         self.events = 0
 
-    def feed(self, rows: Sequence[Any], first: int | None = None) -> None:
-        """Count ``rows``; ``first`` is the position of the first (default: the next)."""
-        start = self.events if first is None else first
+    def feed(self, rows: Sequence[Any], places: Iterable[int]) -> None:
+        """Count ``rows``; ``places`` says where each one is (any increasing numbers:
+        they only come back from :meth:`live_places`)."""
         seen, live, dlq = self.seen, self.live, self.dlq
         light, full_state, tombstone = _LIGHT, _FULL_STATE, _TOMBSTONE
-        k = start
-        for k, row in enumerate(rows, start):
+        for row, place in zip(rows, places, strict=True):
             event = row.event
             if event in light:
                 task_id = row.task
@@ -103,45 +102,44 @@ class Census:
                     task_id = row.taskId
                 if task_id is None or (event == "claimed" and (
                         row.daemon is None or row.attempt == 0)):  # fmt: skip
-                    raise NotCensus(f"record {k + 1}: {event} without a usable task")
+                    raise NotCensus(f"{event} without a usable task")
                 positions = live.get(task_id)
                 if positions is not None:
-                    positions.append(k)
+                    positions.append(place)
             elif event in full_state:
                 task_id = row.taskId
                 if task_id is None or row.taskType is None or row.triggerAfterIds:
-                    raise NotCensus(f"record {k + 1}: {event} the census cannot judge")
+                    raise NotCensus(f"{event} the census cannot judge")
                 positions = live.get(task_id)
                 if positions is None:
-                    live[task_id] = [k]
+                    live[task_id] = [place]
                 else:
-                    positions.append(k)
+                    positions.append(place)
                 seen[task_id] = LIVE
             elif event in tombstone:
                 task_id = row.taskId
                 if task_id is None:
-                    raise NotCensus(f"record {k + 1}: {event} without a taskId")
+                    raise NotCensus(f"{event} without a taskId")
                 live.pop(task_id, None)
                 seen[task_id] = tombstone[event]
             elif event == "dead_lettered":
                 task_id = row.taskId
                 if (task_id is None or row.taskType is None
                         or (row.dlqKey is not None and row.dlqKey != task_id)):  # fmt: skip
-                    raise NotCensus(f"record {k + 1}: dead_lettered the census cannot judge")
+                    raise NotCensus("dead_lettered the census cannot judge")
                 live.pop(task_id, None)
                 dlq.add(task_id)
                 seen[task_id] = DEAD_LETTERED
             elif event != "snapshot":
-                raise NotCensus(f"record {k + 1}: {event or 'SnerdMQ state'} line")
-        if rows:
-            self.events = max(self.events, k + 1)
+                raise NotCensus(f"{event or 'SnerdMQ state'} line")
+        self.events += len(rows)
 
-    def live_positions(self) -> list[int]:
-        """The positions of every record of the tasks live now, in log order."""
+    def live_places(self) -> list[int]:
+        """The places of every record of the tasks live now, in log order."""
         return sorted(k for positions in self.live.values() for k in positions)
 
     def finish(self, live_records: Iterable[Mapping[str, Any]], now: float | None) -> Tally:
-        """The tally, given the records at :meth:`live_positions` (in that order)."""
+        """The tally, given the records at :meth:`live_places` (in that order)."""
         folder = BulkFolder()
         folder.feed(live_records)
         state = folder.finish()
@@ -175,73 +173,84 @@ class CheckedCensus(Census):
         self.attempts: dict[str, int] = {}  # live task -> its attempt count
         self.last_seq: int | None = None
 
-    def feed(self, rows: Sequence[Any], first: int | None = None) -> None:
-        k = self.events
-        claims, attempts, live = self.claims, self.attempts, self.live
-        for row in rows:
+    def feed(self, rows: Sequence[Any], places: Iterable[int]) -> None:
+        claims, attempts, live, seen = self.claims, self.attempts, self.live, self.seen
+        last_seq = self.last_seq
+        for row, place in zip(rows, places, strict=True):
             event = row.event
             seq = row.seq
             if seq is not None:
-                if self.last_seq is not None and seq <= self.last_seq:
-                    raise NotCensus(f"record {k + 1}: seq {seq} after {self.last_seq}")
-                self.last_seq = seq
+                if last_seq is not None and seq <= last_seq:
+                    raise NotCensus(f"seq {seq} after {last_seq}")
+                last_seq = seq
             if event in _LIGHT:
-                task_id = row.task if row.task is not None else row.taskId
-                if task_id is None or task_id not in live:
-                    raise NotCensus(f"record {k + 1}: {event} of a task not live")
+                task_id = row.task
+                if task_id is None:
+                    task_id = row.taskId
+                positions = live.get(task_id)
+                if positions is None:
+                    raise NotCensus(f"{event} of a task not live")
                 claim = claims.get(task_id)
                 if event == "claimed":
                     if claim is not None or row.daemon is None or row.attempt == 0:
-                        raise NotCensus(f"record {k + 1}: a claim to check in full")
+                        raise NotCensus("a claim to check in full")
                     attempt = attempts[task_id] + 1 if row.attempt is None else row.attempt
                     claims[task_id] = (row.daemon, attempt)
                     attempts[task_id] = attempt
+                elif claim is None or (row.attempt is not None and row.attempt != claim[1]):
+                    raise NotCensus(f"{event} of a task not running")
+                elif event == "claim_released":
+                    del claims[task_id]
+                positions.append(place)
+                continue
+            task_id = row.taskId
+            if task_id is None or (event != "succeeded" and event != "cancelled"
+                                   and row.taskType is None):  # fmt: skip
+                raise NotCensus(f"{event or 'SnerdMQ state'} line the census cannot judge")
+            for name in _INSTANTS:
+                moment = getattr(row, name)
+                if moment is not None and not 1 < moment.year < 9999:
+                    raise NotCensus(f"{name} at the edge of time")
+            if event == "enqueued" or event == "retry_scheduled":
+                positions = live.get(task_id)
+                if event == "enqueued":
+                    if positions is not None and not row.compacted:
+                        raise NotCensus("enqueued a live task")
                 else:
-                    if claim is None or (row.attempt is not None and row.attempt != claim[1]):
-                        raise NotCensus(f"record {k + 1}: {event} of a task not running")
-                    if event == "claim_released":
-                        del claims[task_id]
-            elif event in _OUTCOMES or event == "cancelled":
-                task_id = row.taskId
-                claim = claims.get(task_id) if task_id is not None else None
-                if event == "cancelled":
-                    if task_id not in live or claim is not None:
-                        raise NotCensus(f"record {k + 1}: a cancel to check in full")
-                elif claim is None or (row.daemon is not None and row.daemon != claim[0]):
-                    raise NotCensus(f"record {k + 1}: {event} without the claim")
-                if event == "retry_scheduled":
-                    self._upsert(row, k)
+                    claim = claims.get(task_id)
+                    if claim is None or (row.daemon is not None and row.daemon != claim[0]):
+                        raise NotCensus("retry_scheduled without the claim")
+                if row.triggerAfterIds:
+                    raise NotCensus(f"{event} of a DAG child")
+                attempt = row.attempt or 0
+                old = attempts.get(task_id) if positions is not None else None
+                attempts[task_id] = max(attempt, old) if old is not None else attempt
+                claims.pop(task_id, None)
+                if positions is None:
+                    live[task_id] = [place]
                 else:
-                    claims.pop(task_id, None)
-                    attempts.pop(task_id, None)
-            elif event == "enqueued":
-                if row.taskId in live and not row.compacted:
-                    raise NotCensus(f"record {k + 1}: enqueued a live task")
-                self._upsert(row, k)
+                    positions.append(place)
+                seen[task_id] = LIVE
+                continue
+            claim = claims.get(task_id)
+            if event == "cancelled":
+                if task_id not in live or claim is not None:
+                    raise NotCensus("a cancel to check in full")
+                seen[task_id] = CANCELLED
+            elif event == "succeeded" or event == "dead_lettered":
+                if claim is None or (row.daemon is not None and row.daemon != claim[0]):
+                    raise NotCensus(f"{event} without the claim")
+                if event == "succeeded":
+                    seen[task_id] = COMPLETED
+                else:
+                    if row.dlqKey is not None and row.dlqKey != task_id:
+                        raise NotCensus("dead_lettered under another key")
+                    self.dlq.add(task_id)
+                    seen[task_id] = DEAD_LETTERED
             else:
-                raise NotCensus(f"record {k + 1}: {event or 'SnerdMQ state'} line")
-            if event in _FULL_STATE or event in _OUTCOMES:
-                for name in _INSTANTS:
-                    moment = getattr(row, name)
-                    if moment is not None and not 1 < moment.year < 9999:
-                        raise NotCensus(f"record {k + 1}: {name} at the edge of time")
-            if event != "retry_scheduled" and event != "enqueued":
-                super().feed((row,))
-            else:
-                self.events += 1
-            k = self.events
-
-    def _upsert(self, row: Any, k: int) -> None:
-        task_id = row.taskId
-        if task_id is None or row.taskType is None or row.triggerAfterIds:
-            raise NotCensus(f"record {k + 1}: {row.event} the census cannot judge")
-        attempt = row.attempt or 0
-        old = self.attempts.get(task_id) if task_id in self.live else None
-        self.attempts[task_id] = max(attempt, old) if old is not None else attempt
-        self.claims.pop(task_id, None)
-        positions = self.live.get(task_id)
-        if positions is None:
-            self.live[task_id] = [k]
-        else:
-            positions.append(k)
-        self.seen[task_id] = LIVE
+                raise NotCensus(f"{event} line")
+            live.pop(task_id, None)
+            claims.pop(task_id, None)
+            attempts.pop(task_id, None)
+        self.last_seq = last_seq
+        self.events += len(rows)

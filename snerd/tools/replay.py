@@ -230,8 +230,6 @@ def fast_replay(
     of a storage directory on the way when it has none (or extends it after).
     ``checked``: a census that also vouches there is no problem ``--verify`` would
     name (None when there might be one)."""
-    from array import array
-
     from snerd.errors import LogError
     from snerd.eventlog import index as idx
     from snerd.eventlog.scan import Row
@@ -244,21 +242,18 @@ def fast_replay(
             build = idx.Builder()
     scanner = idx.Scanner(source.files, CheckedRow if checked else Row, chain is not None)
     census = CheckedCensus() if checked else Census()
-    places = array("Q")
     skipped: list[SkippedLine] = []
     try:
         for batch in _scan_progress(scanner, source):
             skipped.extend(batch.skipped)
             if batch.odd:
                 return None
-            census.feed(batch.rows)
+            census.feed(batch.rows, batch.places)
             if chain is not None:
                 chain.feed(batch.file, batch.lines)
-            places.extend(batch.places)
             if build is not None:
                 build.add(batch)
-        live = [record for _, record in idx.read_places(
-            source.files, [places[k] for k in census.live_positions()])]  # fmt: skip
+        live = [record for _, record in idx.read_places(source.files, census.live_places())]
     except NotCensus:
         return None
     except LogError as exc:

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
 
@@ -335,7 +335,7 @@ steps = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(0, 
 
 @settings(max_examples=examples(300), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(plan=steps, fault=st.integers(0, 5), where=st.integers(0, 59), other=st.integers(0, 59))
+@given(plan=steps, fault=st.integers(0, 6), where=st.integers(0, 59), other=st.integers(0, 59))
 def test_the_checked_census_vouches_for_a_correct_writer_and_never_for_a_fault(
     tmp_path_factory: Any, plan: Any, fault: int, where: int, other: int
 ) -> None:
@@ -351,10 +351,15 @@ def test_the_checked_census_vouches_for_a_correct_writer_and_never_for_a_fault(
         elif fault == 3:
             records[i]["daemon"] = "d9"  # another daemon's outcome
         elif fault == 4:
-            records.insert(i, dict(records[j]))  # a record twice
+            records.insert(j + 1, dict(records[j]))  # a record twice
+        elif fault == 6:  # progress or a release naming another attempt
+            light = [r for r in records if r["event"] in ("progress", "claim_released")]
+            target = light[where % len(light)] if light else records[i]
+            target["attempt"] = target.get("attempt", 0) + 1 + other % 2
         else:
             records[i]["seq"] = records[j]["seq"]  # seq out of order
     storage = build_storage(tmp_path_factory.mktemp("f"), records, [], renumber=fault != 5)
+    event(f"fault {fault}")
     answered = _checked_agrees(storage)
     if not fault:
         assert answered
