@@ -136,11 +136,13 @@ def _decoder_of(row_type: type[Any]) -> Any:
 def scan_file(
     path: Path, file_no: int, cursor: Cursor, *, start: int = 0, base: int = 0,
     final: bool | None = None, row_type: type[Any] = Row, keep_lines: bool = False,
+    suspect: tuple[bytes, ...] = (),
 ) -> Iterator[Batch]:
     """The records of one file from byte ``start`` (a line start), as the full history
     yields them given ``cursor`` (updated as the scan goes). ``base``: the file's
     global offset (for places); ``row_type``: the ``msgspec.Struct`` of the fields
-    wanted (default :class:`Row`); ``keep_lines``: also hand over the raw lines."""
+    wanted (default :class:`Row`); ``keep_lines``: also hand over the raw lines;
+    ``suspect``: byte strings that mark a chunk holding them as odd."""
     decoder = _decoder if row_type is Row else _decoder_of(row_type)
     if final is None:
         final = path.parent.name == "archive"
@@ -148,7 +150,7 @@ def scan_file(
         with open(path, "rb", buffering=0) as f:
             f.seek(start)
             cursor.offset = start
-            scan = _Scan(f.fileno(), file_no, base, decoder, keep_lines)
+            scan = _Scan(f.fileno(), file_no, base, decoder, keep_lines, suspect)
             yield from scan.run(cursor, start, final)
     except OSError as exc:
         raise LogError(f"cannot read log {path}: {exc}") from exc
@@ -161,6 +163,7 @@ class _Scan:
     base: int
     decoder: Any
     keep_lines: bool
+    suspect: tuple[bytes, ...]
 
     def run(self, cursor: Cursor, offset: int, final: bool) -> Iterator[Batch]:
         pending = b""
@@ -173,6 +176,8 @@ class _Scan:
                 continue
             complete, pending = data[:cut], data[cut:]
             batch = self.decode(complete, offset)
+            if self.suspect and any(s in complete for s in self.suspect):
+                batch.odd = True
             offset += cut
             cursor.offset = batch.end = offset
             yield _history(batch, cursor)

@@ -43,7 +43,7 @@ from snerd.projections.history import (
 from snerd.projections.schedule import format_instant
 from snerd.projections.task import record_error
 from snerd.tools import kit
-from snerd.tools.replay_checks import CheckedRow, Verifier
+from snerd.tools.replay_checks import EDGE_YEARS, CheckedRow, Verifier
 
 PIPE_WIDTH = 160  # columns when stdout is not a terminal (no wrapping of times and ids)
 PROGRESS_LINES = 100_000  # show a progress bar above this many lines (on a terminal)
@@ -240,7 +240,8 @@ def fast_replay(
         old = idx.read_index(storage)
         if old is None or idx.resume_point(old, source.files) is None:
             build = idx.Builder()
-    scanner = idx.Scanner(source.files, CheckedRow if checked else Row, chain is not None)
+    scanner = idx.Scanner(source.files, CheckedRow if checked else Row, chain is not None,
+                          EDGE_YEARS if checked else ())  # fmt: skip
     census = CheckedCensus() if checked else Census()
     skipped: list[SkippedLine] = []
     try:

@@ -267,6 +267,12 @@ class _LastError(msgspec.Struct):
     error: str
 
 
+EDGE_YEARS: Final = (b'"0001-', b'"9999-')
+"""Text that may start an instant in the year 1 or 9999, which msgspec reads but an
+offset can push out of the range :func:`parse_instant` accepts: the fast ``--verify``
+leaves a chunk holding it to the full check."""
+
+
 class CheckedRow(msgspec.Struct, gc=False):
     """A record every field of which passes :data:`FIELD_RULES` by its type: a line
     that decodes into it has no field problem (``null`` passes, as there). The fast

@@ -397,3 +397,15 @@ def test_the_index_of_a_realistic_log_gives_a_rescans_history(tmp_path: Path) ->
         known, entry = indexed_history(source, task, NOW)
         assert known and entry is not None
         assert entry == full_history(tmp_path / "s", task)
+
+
+@pytest.mark.parametrize("instant", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
+def test_the_checked_census_leaves_instants_at_the_edge_of_time_to_the_audit(
+    tmp_path: Path, instant: str
+) -> None:
+    records = writer_log([(0, 0, 0), (0, 1, 0)])
+    records[1]["executeAt"] = instant  # msgspec reads it; parse_instant cannot place it
+    storage = build_storage(tmp_path, records, [])
+    assert not _checked_agrees(storage)
+    records[1]["executeAt"] = "2024-01-01T00:30:00+01:00"
+    assert _checked_agrees(build_storage(tmp_path / "ok", records, []))
