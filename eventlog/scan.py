@@ -166,21 +166,33 @@ class _Scan:
     suspect: tuple[bytes, ...]
 
     def run(self, cursor: Cursor, offset: int, final: bool) -> Iterator[Batch]:
-        pending = b""
+        """Read into one reused buffer (no copy of a chunk before decoding it)."""
         file_no = self.file_no
-        while chunk := os.read(self.fd, CHUNK_SIZE):
-            data = pending + chunk if pending else chunk
-            cut = data.rfind(b"\n") + 1
+        buf = bytearray(CHUNK_SIZE)
+        view = memoryview(buf)
+        size = 0  # bytes held in buf
+        while True:
+            if size == len(buf):  # a line longer than the buffer
+                view.release()
+                buf.extend(bytes(len(buf)))
+                view = memoryview(buf)
+            got = os.readv(self.fd, [view[size:]])
+            if not got:
+                break
+            size += got
+            cut = buf.rfind(b"\n", 0, size) + 1
             if cut == 0:
-                pending = data
                 continue
-            complete, pending = data[:cut], data[cut:]
-            batch = self.decode(complete, offset)
-            if self.suspect and any(s in complete for s in self.suspect):
+            batch = self.decode(buf, view[:cut], offset)
+            if self.suspect and any(buf.find(s, 0, cut) >= 0 for s in self.suspect):
                 batch.odd = True
             offset += cut
             cursor.offset = batch.end = offset
             yield _history(batch, cursor)
+            buf[: size - cut] = view[cut:size]
+            size -= cut
+        pending = bytes(view[:size])
+        view.release()
         if pending.strip():
             item = decode_line(pending, offset, torn=True) if final else None
             lines = [pending] if self.keep_lines else []
@@ -194,11 +206,12 @@ class _Scan:
                               end=cursor.offset)  # fmt: skip
                 yield _history(batch, cursor)
 
-    def decode(self, complete: bytes, offset: int) -> Batch:
-        n = complete.count(b"\n")
+    def decode(self, buf: bytearray, complete: memoryview, offset: int) -> Batch:
+        """The records of the complete lines ``complete`` (a view of ``buf``)."""
+        n = buf.count(b"\n", 0, len(complete))
         lines: list[bytes] = []
         if self.keep_lines:
-            lines = complete.split(b"\n")
+            lines = bytes(complete).split(b"\n")
             lines.pop()
         if n <= LINE_MASK:
             try:
@@ -209,7 +222,7 @@ class _Scan:
                 start = (self.base + offset) << LINE_BITS
                 return Batch(self.file_no, rows, range(start, start + n), lines=lines)
         if not lines:
-            lines = complete.split(b"\n")
+            lines = bytes(complete).split(b"\n")
             lines.pop()
         return self.decode_slow(lines, offset)
 

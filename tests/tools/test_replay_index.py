@@ -409,3 +409,27 @@ def test_the_checked_census_leaves_instants_at_the_edge_of_time_to_the_audit(
     assert not _checked_agrees(storage)
     records[1]["executeAt"] = "2024-01-01T00:30:00+01:00"
     assert _checked_agrees(build_storage(tmp_path / "ok", records, []))
+
+
+def test_the_scan_reads_lines_longer_than_its_buffer_and_torn_tails(tmp_path: Path) -> None:
+    records = writer_log([(0, 0, 0), (0, 1, 0), (0, 2, 0)])
+    records[1]["taskData"] = "x" * (3 << 20)  # three times the scan's buffer
+    for final in (False, True):
+        storage = build_storage(tmp_path / str(final), [dict(r) for r in records], [])
+        log = storage / "tasks" / "tasks.log"
+        if final:  # the same lines as an archive, with a torn tail
+            archive = storage / "tasks" / "archive" / "tasks-1-3.log"
+            log.rename(archive)
+            archive.write_bytes(archive.read_bytes() + b'{"taskId": "t9", "ta')
+        else:
+            log.write_bytes(log.read_bytes() + b'{"taskId": "t9"')
+        expected = list(iter_history(storage))
+        got = [item for batch in scan_history(history_paths(storage))
+               for item in (*batch.rows, *batch.skipped)]  # fmt: skip
+        assert len(got) == len(expected) == 4
+        for item, want in zip(got, expected, strict=True):
+            if isinstance(want, SkippedLine):
+                assert item == want
+            else:
+                assert not isinstance(item, SkippedLine)
+                assert (item.seq, item.taskId) == (want.get("seq"), want.get("taskId"))
