@@ -25,8 +25,9 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ INDEX_NAME = "tasks.idx"
 VERSION = 1
 _ID_FIELDS = ("taskId", "task", "dlqKey")
 _getters = [attrgetter(name) for name in _ID_FIELDS]
+_not_none = partial(is_not, None)
 
 
 def id_hash(task_id: str) -> int:
@@ -86,8 +88,11 @@ class Builder:
         crc, keys, out = zlib.crc32, self.keys, self.places
         for get in _getters:
             ids = list(map(get, rows))
-            if None in ids:
-                present = [i is not None for i in ids]
+            absent = ids.count(None)
+            if absent == len(ids):
+                continue
+            if absent:
+                present = list(map(_not_none, ids))
                 keys.extend(map(crc, map(str.encode, compress(ids, present))))
                 out.extend(compress(places, present))
             else:
