@@ -18,8 +18,8 @@ import binascii
 import hashlib
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -414,3 +414,43 @@ def verify_plain(files: Sequence[Path], key: bytes | None = None) -> ChainReport
         return None
     plain.done = True
     return plain.report()
+
+
+def verify_plain_aside(
+    files: Sequence[Path], key: bytes | None = None
+) -> Callable[[], ChainReport | None]:
+    """Start :func:`verify_plain` in a forked child (it reads the files itself, on
+    another core if there is one, while the caller folds the log); the function
+    returned waits for the child and gives its report. Without ``fork`` it runs the
+    check when called."""
+    if not hasattr(os, "fork"):
+        return lambda: verify_plain(files, key)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: check, report as JSON, leave without cleanup
+        code = 1
+        try:
+            os.close(read_end)
+            report = verify_plain(files, key)
+            data = b"null" if report is None else orjson.dumps(asdict(report))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view) :]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+
+    def result() -> ChainReport | None:
+        with open(read_end, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            return None
+        value = orjson.loads(data or b"null")
+        if value is None:
+            return None
+        value["breaks"] = [Break(**b) for b in value["breaks"]]
+        return ChainReport(**value)
+
+    return result

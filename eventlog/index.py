@@ -176,11 +176,10 @@ class Scanner:
     end (size and cursor) for the index header."""
 
     def __init__(self, files: list[Path], row_type: type[Any] = Row,
-                 keep_lines: bool = False, suspect: tuple[bytes, ...] = ()) -> None:  # fmt: skip
+                 suspect: tuple[bytes, ...] = ()) -> None:  # fmt: skip
         self.files = files
         self.suspect = suspect
         self.row_type = row_type
-        self.keep_lines = keep_lines
         self.bases = bases_of(files)
         self.sizes = [0] * len(files)
         self.cursors: list[Cursor] = [Cursor() for _ in files]
@@ -194,8 +193,7 @@ class Scanner:
             if file_no != start_file:
                 next_file(cursor)
             yield from scan_file(path, file_no, cursor, start=start, base=self.bases[file_no],
-                                 row_type=self.row_type, keep_lines=self.keep_lines,
-                                 suspect=self.suspect)
+                                 row_type=self.row_type, suspect=self.suspect)
             self.sizes[file_no] = cursor.offset
             self.cursors[file_no] = Cursor(**asdict(cursor))
 

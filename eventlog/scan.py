@@ -101,9 +101,6 @@ class Batch:
     places: Sequence[int]
     skipped: list[SkippedLine] = field(default_factory=list)
     odd: bool = False  # some rows are :class:`Odd`
-    lines: list[bytes] = field(default_factory=list)
-    """Every raw line of the chunk, blank ones too, when asked for (the checksum chain
-    reads them)."""
     end: int = 0  # the file offset after the chunk
 
 
@@ -135,14 +132,12 @@ def _decoder_of(row_type: type[Any]) -> Any:
 
 def scan_file(
     path: Path, file_no: int, cursor: Cursor, *, start: int = 0, base: int = 0,
-    final: bool | None = None, row_type: type[Any] = Row, keep_lines: bool = False,
-    suspect: tuple[bytes, ...] = (),
+    final: bool | None = None, row_type: type[Any] = Row, suspect: tuple[bytes, ...] = (),
 ) -> Iterator[Batch]:
     """The records of one file from byte ``start`` (a line start), as the full history
     yields them given ``cursor`` (updated as the scan goes). ``base``: the file's
     global offset (for places); ``row_type``: the ``msgspec.Struct`` of the fields
-    wanted (default :class:`Row`); ``keep_lines``: also hand over the raw lines;
-    ``suspect``: byte strings that mark a chunk holding them as odd."""
+    wanted (default :class:`Row`); ``suspect``: byte strings that mark a chunk holding them as odd."""
     decoder = _decoder if row_type is Row else _decoder_of(row_type)
     if final is None:
         final = path.parent.name == "archive"
@@ -150,7 +145,7 @@ def scan_file(
         with open(path, "rb", buffering=0) as f:
             f.seek(start)
             cursor.offset = start
-            scan = _Scan(f.fileno(), file_no, base, decoder, keep_lines, suspect)
+            scan = _Scan(f.fileno(), file_no, base, decoder, suspect)
             yield from scan.run(cursor, start, final)
     except OSError as exc:
         raise LogError(f"cannot read log {path}: {exc}") from exc
@@ -162,7 +157,6 @@ class _Scan:
     file_no: int
     base: int
     decoder: Any
-    keep_lines: bool
     suspect: tuple[bytes, ...]
 
     def run(self, cursor: Cursor, offset: int, final: bool) -> Iterator[Batch]:
@@ -195,24 +189,18 @@ class _Scan:
         view.release()
         if pending.strip():
             item = decode_line(pending, offset, torn=True) if final else None
-            lines = [pending] if self.keep_lines else []
             if item is None or isinstance(item, SkippedLine):
                 skipped = item or SkippedLine(offset, pending, REASON_INCOMPLETE)
-                yield Batch(file_no, [], [], [skipped], lines=lines, end=offset)
+                yield Batch(file_no, [], [], [skipped], end=offset)
             else:
                 cursor.offset = offset + len(pending)
                 place = (self.base + offset) << LINE_BITS
-                batch = Batch(file_no, [Odd(item)], [place], odd=True, lines=lines,
-                              end=cursor.offset)  # fmt: skip
+                batch = Batch(file_no, [Odd(item)], [place], odd=True, end=cursor.offset)
                 yield _history(batch, cursor)
 
     def decode(self, buf: bytearray, complete: memoryview, offset: int) -> Batch:
         """The records of the complete lines ``complete`` (a view of ``buf``)."""
         n = buf.count(b"\n", 0, len(complete))
-        lines: list[bytes] = []
-        if self.keep_lines:
-            lines = bytes(complete).split(b"\n")
-            lines.pop()
         if n <= LINE_MASK:
             try:
                 rows: list[Item] = self.decoder.decode_lines(complete)
@@ -220,16 +208,15 @@ class _Scan:
                 rows = []
             if len(rows) == n:  # else a bad or blank line (decode_lines skips blank ones)
                 start = (self.base + offset) << LINE_BITS
-                return Batch(self.file_no, rows, range(start, start + n), lines=lines)
-        if not lines:
-            lines = bytes(complete).split(b"\n")
-            lines.pop()
+                return Batch(self.file_no, rows, range(start, start + n))
+        lines = bytes(complete).split(b"\n")
+        lines.pop()
         return self.decode_slow(lines, offset)
 
     def decode_slow(self, lines: list[bytes], offset: int) -> Batch:
         """Line by line: the exact place of each record, odd rows, skipped lines."""
         places: list[int] = []
-        batch = Batch(self.file_no, [], places, lines=lines if self.keep_lines else [])
+        batch = Batch(self.file_no, [], places)
         pos = self.base + offset
         for line in lines:
             if line.strip():
@@ -290,8 +277,7 @@ def _history(batch: Batch, cursor: Cursor) -> Batch:
                 cursor.last = seq if cursor.last is None else max(cursor.last, seq)
         keep_rows.append(row)
         keep_places.append(places[i])
-    return Batch(batch.file, keep_rows, keep_places, batch.skipped, batch.odd, batch.lines,
-                 batch.end)  # fmt: skip
+    return Batch(batch.file, keep_rows, keep_places, batch.skipped, batch.odd, batch.end)
 
 
 def batch_with(
@@ -303,7 +289,7 @@ def batch_with(
         cursor.last = top if cursor.last is None else max(cursor.last, top)
     if rows is batch.rows:
         return batch
-    return Batch(batch.file, rows, places, batch.skipped, batch.odd, batch.lines, batch.end)
+    return Batch(batch.file, rows, places, batch.skipped, batch.odd, batch.end)
 
 
 def _header(row: Item, cursor: Cursor) -> bool:

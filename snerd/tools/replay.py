@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from snerd.eventlog.base import Record, SkippedLine
-from snerd.eventlog.chain import Break, ChainReport, PlainChain
+from snerd.eventlog.chain import Break, ChainReport, verify_plain_aside
 from snerd.projections import events as ev
 from snerd.projections.census import Census, CheckedCensus, NotCensus, Tally
 from snerd.projections.events import record_time
@@ -174,7 +174,7 @@ def progress_total(source: Source) -> int | None:
 
 def run_replay(
     source: Source, *, task: str | None, at: float | None, verify: bool, now: float,
-    figures_only: bool = False, chain: PlainChain | None = None,
+    figures_only: bool = False,
 ) -> tuple[History | Tally, TaskHistory | None]:
     """The figures of every task, and the full history of ``task`` if given.
 
@@ -186,11 +186,10 @@ def run_replay(
     from a second pass that folds only the records of that task and of its parents
     (all its state depends on); ``--verify`` needs the state before every record,
     hence the full audit fold (several times slower), unless a checked census vouches
-    that there is no problem to name; ``chain`` then checks the checksum chain in the
-    same pass.
+    that there is no problem to name.
     """
     if figures_only and at is None and verify and task is None:
-        tally = fast_replay(source, now, checked=True, chain=chain)
+        tally = fast_replay(source, now, checked=True)
         if tally is not None:
             return tally, None
     if figures_only and at is None and not verify:
@@ -222,9 +221,7 @@ def run_replay(
     return history, history_of(again if at is None else until(again, at), task, parents, now)
 
 
-def fast_replay(
-    source: Source, now: float, *, checked: bool = False, chain: PlainChain | None = None
-) -> Tally | None:
+def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
     """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
     the log holds a record only the full summary judges. Builds the per-task index
     of a storage directory on the way when it has none (or extends it after).
@@ -240,8 +237,8 @@ def fast_replay(
         old = idx.read_index(storage)
         if old is None or idx.resume_point(old, source.files) is None:
             build = idx.Builder()
-    scanner = idx.Scanner(source.files, CheckedRow if checked else Row, chain is not None,
-                          EDGE_YEARS if checked else ())  # fmt: skip
+    scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
+                          suspect=EDGE_YEARS if checked else ())  # fmt: skip
     census = CheckedCensus() if checked else Census()
     skipped: list[SkippedLine] = []
     try:
@@ -250,8 +247,6 @@ def fast_replay(
             if batch.odd:
                 return None
             census.feed(batch.rows, batch.places)
-            if chain is not None:
-                chain.feed(batch.file, batch.lines)
             if build is not None:
                 build.add(batch)
         live = [record for _, record in idx.read_places(source.files, census.live_places())]
@@ -261,8 +256,6 @@ def fast_replay(
         raise UsageProblem(str(exc)) from None
     source.skipped.extend(skipped)
     source.read += census.events
-    if chain is not None:
-        chain.done = True
     if storage is not None:
         if build is not None:
             idx.write_index(storage, scanner, build)
@@ -502,15 +495,17 @@ def chain_key() -> bytes | None:
         raise UsageProblem(f"cannot read the chain key: {exc}") from None
 
 
-def verify_chain(source: Source, plain: PlainChain | None = None) -> ChainReport:
-    """Check the checksum chain of every file: ``plain``'s report when it vouches for
-    it (fed during the replay's scan), else the full check."""
+def verify_chain(
+    source: Source, plain: Callable[[], ChainReport | None] | None = None
+) -> ChainReport:
+    """Check the checksum chain of every file: the report of ``plain`` (the fast check,
+    started aside before the replay) when it vouches for the chain, else the full
+    check, which names every break."""
     from snerd.eventlog.chain import verify, verify_plain
 
     key = chain_key()
-    if plain is not None and plain.done:  # it read every line
-        return plain.report() or verify(source.files, key)
-    return verify_plain(source.files, key) or verify(source.files, key)
+    report = plain() if plain is not None else verify_plain(source.files, key)
+    return report or verify(source.files, key)
 
 
 def chain_rows(report: ChainReport) -> list[dict[str, Any]]:
@@ -572,19 +567,24 @@ def replay(
     path: Path, task_id: str | None, at_text: str | None, verify: bool, as_json: bool
 ) -> None:
     """Replay the log at PATH (a storage directory or a log file) and report."""
+    plain: Callable[[], ChainReport | None] | None = None
     try:
         at = parse_at(at_text)
         source = open_source(path)
-        plain = PlainChain(chain_key()) if verify else None
+        plain = verify_plain_aside(source.files, chain_key()) if verify else None
         history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time(),
-                                    figures_only=not as_json, chain=plain)
+                                    figures_only=not as_json)
         if source.read == 0 and source.skipped:
             raise UsageProblem(f"{path} is not a task log: none of its lines is a log record "
                                f"({len(source.skipped)} skipped)")  # fmt: skip
     except UsageProblem as exc:
+        if plain is not None:
+            plain()  # reap the check started aside
         kit.fail(str(exc), code=2)
         return
     if task_id is not None and entry is None:
+        if plain is not None:
+            plain()
         kit.fail(f"no task {task_id!r} in {path}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
