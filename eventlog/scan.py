@@ -137,7 +137,8 @@ def scan_file(
     """The records of one file from byte ``start`` (a line start), as the full history
     yields them given ``cursor`` (updated as the scan goes). ``base``: the file's
     global offset (for places); ``row_type``: the ``msgspec.Struct`` of the fields
-    wanted (default :class:`Row`); ``suspect``: byte strings that mark a chunk holding them as odd."""
+    wanted (default :class:`Row`); ``suspect``: byte strings that make a chunk that
+    holds one odd."""
     decoder = _decoder if row_type is Row else _decoder_of(row_type)
     if final is None:
         final = path.parent.name == "archive"
