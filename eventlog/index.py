@@ -24,7 +24,7 @@ import zlib
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import compress
 from operator import attrgetter, is_not
@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from snerd.errors import LogError
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.codec import decode_line
 from snerd.eventlog.layout import TASKS_DIR
@@ -74,6 +75,28 @@ class FileMark:
     size: int  # bytes indexed (up to the end of the last complete line)
     cursor: dict[str, Any]
     base: int  # the file's global offset (the sizes of the files before it)
+    tail: str  # hex of the last bytes indexed (a log rewritten in place is noticed)
+
+
+TAIL_BYTES = 32
+
+
+def _tail(path: Path, size: int) -> str:
+    """Hex of the ``TAIL_BYTES`` bytes of ``path`` before ``size``."""
+    with open(path, "rb") as f:
+        f.seek(max(0, size - TAIL_BYTES))
+        return f.read(min(size, TAIL_BYTES)).hex()
+
+
+def _valid(mark: FileMark) -> bool:
+    """Whether a mark read back has the types it was written with."""
+    ints = (mark.dev, mark.ino, mark.size, mark.base)
+    cursor = Cursor(**mark.cursor)  # TypeError on unknown fields: the caller rebuilds
+    counts = (cursor.last, cursor.covered)
+    return (all(type(v) is int and v >= 0 for v in ints) and type(mark.tail) is str
+            and all(v is None or type(v) is int for v in counts)
+            and type(cursor.block) is int and type(cursor.offset) is int
+            and type(cursor.skip_block) is bool and type(cursor.first) is bool)  # fmt: skip
 
 
 class Builder:
@@ -107,6 +130,8 @@ class TaskIndex:
     files: list[FileMark]
     keys: array[int]
     places: array[int]
+    paths: list[Path] = field(default_factory=list)
+    """The history files the places refer to (set by :func:`fresh_index`)."""
 
     def places_of(self, task_id: str) -> list[int]:
         """Sorted places of the records that may name ``task_id`` (hash matches)."""
@@ -121,20 +146,32 @@ class TaskIndex:
         return sorted(found)
 
 
-def _mark(path: Path, size: int, cursor: Cursor, base: int, tasks_dir: Path) -> FileMark:
-    st = path.stat()
+def _mark(path: Path, ident: tuple[int, int], size: int, cursor: Cursor, base: int,
+          tasks_dir: Path) -> FileMark:  # fmt: skip
     try:
         name = str(path.relative_to(tasks_dir))
     except ValueError:
         name = str(path)
-    return FileMark(name, st.st_dev, st.st_ino, size, asdict(cursor), base)
+    return FileMark(name, *ident, size, asdict(cursor), base, _tail(path, size))
+
+
+def _ident(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
 
 
 def write_index(storage: Path, scanner: Scanner, builder: Builder) -> bool:
-    """Write the index atomically; False when the directory is not writable."""
+    """Write the index atomically; False when the directory is not writable or a file
+    was replaced while it was scanned (a compaction: the next reader rebuilds)."""
     tasks_dir = storage / TASKS_DIR
-    marks = [_mark(p, s, c, b, tasks_dir) for p, s, c, b in zip(
-        scanner.files, scanner.sizes, scanner.cursors, scanner.bases, strict=True)]  # fmt: skip
+    try:
+        if [_ident(p) for p in scanner.files] != scanner.idents:
+            return False
+        marks = [_mark(p, i, s, c, b, tasks_dir) for p, i, s, c, b in zip(
+            scanner.files, scanner.idents, scanner.sizes, scanner.cursors, scanner.bases,
+            strict=True)]  # fmt: skip
+    except OSError:
+        return False
     header = {"snerdIndex": VERSION, "byteorder": sys.byteorder, "count": len(builder.keys),
               "files": [asdict(m) for m in marks]}  # fmt: skip
     target = index_path(storage)
@@ -163,6 +200,8 @@ def read_index(storage: Path) -> TaskIndex | None:
         if type(count) is not int or len(data) != cut + 12 * count:
             return None
         files = [FileMark(**m) for m in header["files"]]
+        if not all(_valid(m) for m in files):
+            return None
         keys, places = array("I"), array("Q")
         keys.frombytes(data[cut : cut + 4 * count])
         places.frombytes(data[cut + 4 * count :])
@@ -180,7 +219,11 @@ class Scanner:
         self.files = files
         self.suspect = suspect
         self.row_type = row_type
-        self.bases = bases_of(files)
+        try:
+            self.bases = bases_of(files)
+            self.idents = [_ident(p) for p in files]  # as they were before the scan
+        except OSError as exc:
+            raise LogError(f"cannot read the log: {exc}") from exc
         self.sizes = [0] * len(files)
         self.cursors: list[Cursor] = [Cursor() for _ in files]
 
@@ -199,7 +242,15 @@ class Scanner:
 
 
 def fresh_index(storage: Path) -> TaskIndex:
-    """The index of ``storage``, extended or rebuilt (and written) if it is stale."""
+    """The index of ``storage``, extended or rebuilt (and written) if it is stale.
+    Raises LogError if the log cannot be read."""
+    try:
+        return _fresh_index(storage)
+    except OSError as exc:
+        raise LogError(f"cannot index the log: {exc}") from exc
+
+
+def _fresh_index(storage: Path) -> TaskIndex:
     files = history_paths(storage)
     old = read_index(storage)
     resume = resume_point(old, files) if old is not None else None
@@ -210,6 +261,7 @@ def fresh_index(storage: Path) -> TaskIndex:
         start_file, start_at, cursor = resume
         if start_file == len(files) - 1 and start_at == files[-1].stat().st_size \
                 and len(old.files) == len(files):  # fmt: skip
+            old.paths = files
             return old  # nothing new
         builder.keys, builder.places = old.keys, old.places
         for i, mark in enumerate(old.files[: start_file + 1]):
@@ -218,7 +270,7 @@ def fresh_index(storage: Path) -> TaskIndex:
     for batch in scanner.batches(start_file, start_at, cursor):
         builder.add(batch)
     write_index(storage, scanner, builder)
-    return TaskIndex([], builder.keys, builder.places)
+    return TaskIndex([], builder.keys, builder.places, files)
 
 
 def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] | None:
@@ -230,7 +282,7 @@ def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] |
         for mark, path, base in zip(old.files, files, bases, strict=False):
             st = path.stat()
             if (st.st_dev, st.st_ino, base) != (mark.dev, mark.ino, mark.base) \
-                    or st.st_size < mark.size:  # fmt: skip
+                    or st.st_size < mark.size or _tail(path, mark.size) != mark.tail:  # fmt: skip
                 return None
     except OSError:
         return None
@@ -240,6 +292,13 @@ def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] |
 
 def read_places(files: Sequence[Path], places: Iterable[int]) -> Iterator[tuple[int, Record]]:
     """(place, record) of the line at each place (lines that are no record are left out)."""
+    try:
+        yield from _read_places(files, places)
+    except OSError as exc:
+        raise LogError(f"cannot read the log: {exc}") from exc
+
+
+def _read_places(files: Sequence[Path], places: Iterable[int]) -> Iterator[tuple[int, Record]]:
     bases = bases_of(files)
     handles: dict[int, int] = {}
     try:

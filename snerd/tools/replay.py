@@ -237,11 +237,11 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
         old = idx.read_index(storage)
         if old is None or idx.resume_point(old, source.files) is None:
             build = idx.Builder()
-    scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
-                          suspect=EDGE_YEARS if checked else ())  # fmt: skip
-    census = CheckedCensus() if checked else Census()
-    skipped: list[SkippedLine] = []
     try:
+        scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
+                              suspect=EDGE_YEARS if checked else ())  # fmt: skip
+        census = CheckedCensus() if checked else Census()
+        skipped: list[SkippedLine] = []
         for batch in _scan_progress(scanner, source):
             skipped.extend(batch.skipped)
             if batch.odd:
@@ -257,10 +257,13 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
     source.skipped.extend(skipped)
     source.read += census.events
     if storage is not None:
-        if build is not None:
-            idx.write_index(storage, scanner, build)
-        else:
-            idx.fresh_index(storage)
+        try:
+            if build is not None:
+                idx.write_index(storage, scanner, build)
+            else:
+                idx.fresh_index(storage)
+        except LogError:
+            pass  # the index is derived: the next reader builds it
     return census.finish(live, now)
 
 
@@ -286,13 +289,23 @@ def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHi
     """(True, ``task``'s history) from the per-task index; (False, None) when the index
     cannot tell (a log file given alone, or a record without ``ts``, whose clock only
     a rescan knows)."""
+    from snerd.errors import LogError
     from snerd.eventlog import index as idx
 
     if not source.path.is_dir():
         return False, None
-    index = idx.fresh_index(source.path)
+    try:
+        index = idx.fresh_index(source.path)
+        return _indexed_history(index, source, task, now)
+    except LogError:
+        return False, None  # a file went away under the lookup: rescan
+
+
+def _indexed_history(
+    index: Any, source: Source, task: str, now: float
+) -> tuple[bool, TaskHistory | None]:
     wanted = {task}
-    found = _named(index, source.files, task)
+    found = _named(index, task)
     parents: set[str] = set()
     for _, record in found:
         if _names(record, wanted):
@@ -301,7 +314,7 @@ def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHi
                 parents.update(p for p in ids if isinstance(p, str))
     merged = dict(found)
     for parent in parents - wanted:
-        merged.update(_named(index, source.files, parent))
+        merged.update(_named(index, parent))
     records = [merged[p] for p in sorted(merged)]
     if any(record_time(r) is None for r in records):
         return False, None
@@ -310,11 +323,12 @@ def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHi
     return True, history_of(records, task, parents, now)
 
 
-def _named(index: Any, files: list[Path], task: str) -> list[tuple[int, Mapping[str, Any]]]:
+def _named(index: Any, task: str) -> list[tuple[int, Mapping[str, Any]]]:
     from snerd.eventlog import index as idx
 
     ids = {task}
-    return [(p, r) for p, r in idx.read_places(files, index.places_of(task)) if _names(r, ids)]
+    places = index.places_of(task)
+    return [(p, r) for p, r in idx.read_places(index.paths, places) if _names(r, ids)]
 
 
 def _noting_parents(

@@ -213,9 +213,9 @@ def test_a_missing_or_damaged_index_is_rebuilt(tmp_path: Path, damage: str) -> N
         path.write_bytes(path.read_bytes()[:-5])
     else:  # the log was replaced by another file (a new inode)
         log = storage / "tasks" / "tasks.log"
-        data = log.read_bytes()
-        log.unlink()
-        log.write_bytes(data)
+        fresh = log.with_name("tasks.log.new")
+        fresh.write_bytes(log.read_bytes())
+        fresh.replace(log)
     _index_agrees(storage, {f"task-{i:08d}" for i in range(0, 40, 7)})
     assert idx.read_index(storage) is not None
 
@@ -433,3 +433,33 @@ def test_the_scan_reads_lines_longer_than_its_buffer_and_torn_tails(tmp_path: Pa
             else:
                 assert not isinstance(item, SkippedLine)
                 assert (item.seq, item.taskId) == (want.get("seq"), want.get("taskId"))
+
+
+def test_a_log_rewritten_in_place_is_reindexed(tmp_path: Path) -> None:
+    records = writer_log([(0, i % 4, 0) for i in range(4)] + [(1, i % 4, 1) for i in range(4)])
+    storage = build_storage(tmp_path, records, [])
+    idx.fresh_index(storage)
+    log = storage / "tasks" / "tasks.log"
+    other = writer_log([(0, 3, 0), (0, 2, 0), (0, 1, 0), (0, 0, 0), (1, 0, 0), (2, 0, 0)])
+    for n, record in enumerate(other):
+        record["seq"] = n + 1
+    with open(log, "r+b") as f:  # same inode, a longer content: no stale place may survive
+        f.write(_lines(other) + b"\n" * 4096)
+    _index_agrees(storage, {"t0", "t1", "t2", "t3"})
+    source = open_source(storage)
+    known, entry = indexed_history(source, "t0", NOW)
+    assert known and entry is not None and entry.state == "completed"
+
+
+def test_an_index_of_files_replaced_during_its_scan_is_not_written(tmp_path: Path) -> None:
+    storage = build_storage(tmp_path, writer_log([(0, 0, 0)]), [])
+    scanner = idx.Scanner(history_paths(storage))
+    builder = idx.Builder()
+    for batch in scanner.batches():
+        builder.add(batch)
+    log = storage / "tasks" / "tasks.log"
+    fresh = log.with_name("tasks.log.new")
+    fresh.write_bytes(log.read_bytes())
+    fresh.replace(log)  # a compaction put a new live log in place meanwhile
+    assert not idx.write_index(storage, scanner, builder)
+    assert idx.read_index(storage) is None
