@@ -30,13 +30,18 @@ class Snapshot:
     state: Any  # QueueState
     skipped: int
     now: float
+    totals: dict[str, int] | None = None  # the metric totals, when the fold counted them
+    limits: dict[str, int] | None = None  # each rate group's last maxPerMinute, likewise
 
 
 def load(storage: Path, progress: LateProgress | None = None) -> Snapshot:
-    """Fold the live log of an existing storage (exit 1 when there is none)."""
+    """Fold the live log of an existing storage (exit 1 when there is none). Without
+    archives the live log is the whole history: the same pass counts the totals."""
     from snerd.eventlog.base import SkippedLine
     from snerd.eventlog.history import read_records
+    from snerd.eventlog.layout import resolve
     from snerd.projections import bulk_fold
+    from snerd.projections.views.stats import fold_with_totals
 
     storage = kit.existing_storage(storage)
     skipped = 0
@@ -50,7 +55,11 @@ def load(storage: Path, progress: LateProgress | None = None) -> Snapshot:
                 yield item
 
     items = records() if progress is None else progress.wrap(records())
-    return Snapshot(storage, bulk_fold(items), skipped, time.time())
+    if resolve(storage).archive_files():
+        return Snapshot(storage, bulk_fold(items), skipped, time.time())
+    limits: dict[str, int] = {}
+    state, totals = fold_with_totals(_noting_limits(items, limits))
+    return Snapshot(storage, state, skipped, time.time(), totals, limits)
 
 
 def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, Any]:
@@ -69,9 +78,13 @@ def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, A
     for entry in state.dlq.values():
         by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
     limits: dict[str, int] = {}
-    records = (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine))
-    history = _noting_limits(records if progress is None else progress.wrap(records), limits)
-    totals = metric_totals(history)
+    if snap.totals is not None and snap.limits is not None:
+        totals, limits = snap.totals, snap.limits
+    else:
+        records = (r for r in iter_history(snap.storage) if not isinstance(r, SkippedLine))
+        history = _noting_limits(records if progress is None else progress.wrap(records),
+                                 limits)  # fmt: skip
+        totals = metric_totals(history)
     layout = resolve(snap.storage)
     return {
         "storage": str(snap.storage),
@@ -100,7 +113,9 @@ def gather(storage: Path, console: Console, *, clock: Callable[[], float] = time
         from snerd.tools.replay import count_lines
 
         storage_ = kit.existing_storage(storage)
-        return count_lines([resolve(storage_).log_path, *history_files(storage_)])
+        layout = resolve(storage_)
+        again = history_files(storage_) if layout.archive_files() else []  # see load()
+        return count_lines([layout.log_path, *again])
 
     progress = LateProgress("reading the log", total, console, clock=clock, after=after,
                             every=every)  # fmt: skip

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import io
+import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis_budget import examples
 from rich.console import Console
 
 from benchmarks.bench_replay import generate
 from snerd.tools.progress import LateProgress
-from snerd.tools.stats import gather
+from snerd.tools.stats import collect, gather, load
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+import loggen
 
 
 class StepClock:
@@ -58,3 +67,24 @@ def test_the_bar_counts_every_item_and_asks_the_total_only_when_shown() -> None:
     quiet = LateProgress("x", total, console, clock=StepClock(0.0), after=1.0, every=10)
     assert list(quiet.wrap(range(100))) == list(range(100))
     assert not quiet.shown and asked == [1]
+
+
+@settings(max_examples=examples(150), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(logs=loggen.any_logs)
+def test_one_pass_stats_equal_the_two_pass_ones(tmp_path_factory: Any, logs: Any) -> None:
+    storage = tmp_path_factory.mktemp("s")
+    log = storage / "tasks" / "tasks.log"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in logs))
+    snap = load(storage)
+    assert snap.totals is not None  # no archives: counted in the fold's pass
+    one = collect(snap)
+    two = collect(replace(snap, totals=None, limits=None))  # the history read again
+    assert one == two
+    from snerd.projections.views.stats import METRICS, counted
+
+    heard = dict.fromkeys(METRICS, 0)  # the counters evolve bumps, record by record
+    for metric, _ in counted(logs):
+        heard[metric] += 1
+    assert one["totals"] == heard
