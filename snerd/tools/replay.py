@@ -14,6 +14,7 @@ exist or holds no log, or an unknown ``--task``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -200,6 +201,7 @@ def run_replay(
             known, entry = indexed_history(source, task, now)
             if known:
                 return tally, entry
+    ensure_index(source)
     now = now if at is None else at
     records: Iterator[Mapping[str, Any]] = source.records()
     total = progress_total(source)
@@ -219,6 +221,18 @@ def run_replay(
         return history, None
     again = source.records(keep_skipped=False)
     return history, history_of(again if at is None else until(again, at), task, parents, now)
+
+
+def ensure_index(source: Source) -> None:
+    """Build or extend the per-task index of a storage directory (the paths that do
+    not scan with the census build it apart); a log it cannot read is left to the
+    replay to report."""
+    from snerd.errors import LogError
+    from snerd.eventlog import index as idx
+
+    if source.path.is_dir():
+        with contextlib.suppress(LogError):
+            idx.fresh_index(source.path)
 
 
 def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
@@ -257,13 +271,11 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
     source.skipped.extend(skipped)
     source.read += census.events
     if storage is not None:
-        try:
+        with contextlib.suppress(LogError):  # the index is derived: the next reader builds it
             if build is not None:
                 idx.write_index(storage, scanner, build)
             else:
                 idx.fresh_index(storage)
-        except LogError:
-            pass  # the index is derived: the next reader builds it
     return census.finish(live, now)
 
 

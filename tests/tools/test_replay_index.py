@@ -463,3 +463,20 @@ def test_an_index_of_files_replaced_during_its_scan_is_not_written(tmp_path: Pat
     fresh.replace(log)  # a compaction put a new live log in place meanwhile
     assert not idx.write_index(storage, scanner, builder)
     assert idx.read_index(storage) is None
+
+
+@pytest.mark.parametrize("args", [["--json"], ["--verify"], ["--at", "2030-01-01T00:00:00Z"], []])
+def test_every_replay_of_a_storage_leaves_a_current_index(tmp_path: Path, args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from snerd.tools.replay import replay
+
+    records = writer_log([(0, 0, 0), (0, 1, 0), (1, 0, 0)])
+    records.append({"taskId": "x", "taskType": "t"})  # a SnerdMQ line: the census declines
+    storage = build_storage(tmp_path, records, [])
+    result = CliRunner().invoke(replay, [str(storage), *args])
+    assert result.exit_code in (0, 1), result.output
+    index = idx.read_index(storage)
+    assert index is not None
+    assert idx.resume_point(index, history_paths(storage)) is not None
+    _index_agrees(storage, {"t0", "t1", "x"})
