@@ -480,3 +480,28 @@ def test_every_replay_of_a_storage_leaves_a_current_index(tmp_path: Path, args: 
     assert index is not None
     assert idx.resume_point(index, history_paths(storage)) is not None
     _index_agrees(storage, {"t0", "t1", "x"})
+
+
+@settings(max_examples=examples(150), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(first=loggen.any_logs, later=loggen.any_logs, copied=st.integers(0, 3))
+def test_an_index_is_extended_across_a_compaction(
+    tmp_path_factory: Any, first: list[dict[str, Any]], later: list[dict[str, Any]],
+    copied: int,
+) -> None:
+    storage = build_storage(tmp_path_factory.mktemp("k"), first, [])
+    idx.fresh_index(storage)
+    tasks = storage / "tasks"
+    n = len(first)
+    (tasks / "tasks.log").rename(tasks / "archive" / f"tasks-1000-{n}.log")  # same inode
+    block = [dict(r, compacted=True) for r in first[-2:] if r.get("event") == "enqueued"]
+    for i, record in enumerate(later):
+        record["seq"] = n + 1 + i
+    head = [{"event": "snapshot", "seq": n, "records": len(block)}, *block]
+    tail = first[n - copied :] if copied else []  # the records a compaction carries over
+    (tasks / "tasks.log").write_bytes(_lines([*head, *tail, *later]))
+    old = idx.read_index(storage)
+    assert old is not None and idx.resume_point(old, history_paths(storage)) is not None
+    _index_agrees(storage, ids_of(first) | ids_of(later))
+    grown = idx.read_index(storage)
+    assert grown is not None and grown.keys[: len(old.keys)] == old.keys  # extended
