@@ -125,25 +125,35 @@ class Builder:
 
 @dataclass(slots=True)
 class TaskIndex:
-    """A loaded index (see the module doc)."""
+    """A loaded index (see the module doc): its header, and its entries as read (the
+    hashes, then the places), searched in place."""
 
     files: list[FileMark]
-    keys: array[int]
-    places: array[int]
+    count: int
+    raw: bytes = b""
+    """The entries as stored (empty when only the header was read)."""
     paths: list[Path] = field(default_factory=list)
     """The history files the places refer to (set by :func:`fresh_index`)."""
 
     def places_of(self, task_id: str) -> list[int]:
         """Sorted places of the records that may name ``task_id`` (hash matches)."""
         wanted = id_hash(task_id).to_bytes(4, sys.byteorder)
-        data = memoryview(self.keys).cast("B").tobytes()
+        raw, end = self.raw, 4 * self.count
         found: set[int] = set()
-        at = data.find(wanted)
+        at = raw.find(wanted, 0, end)
         while at >= 0:
             if at % 4 == 0:
-                found.add(self.places[at // 4])
-            at = data.find(wanted, at + 1)
+                spot = end + 2 * at  # its place: 8 bytes for each 4 of hash
+                found.add(int.from_bytes(raw[spot : spot + 8], sys.byteorder))
+            at = raw.find(wanted, at + 1, end)
         return sorted(found)
+
+    def builder(self) -> Builder:
+        """A :class:`Builder` holding these entries (to extend them)."""
+        builder = Builder()
+        builder.keys.frombytes(self.raw[: 4 * self.count])
+        builder.places.frombytes(self.raw[4 * self.count :])
+        return builder
 
 
 def _mark(path: Path, ident: tuple[int, int], size: int, cursor: Cursor, base: int,
@@ -188,26 +198,28 @@ def write_index(storage: Path, scanner: Scanner, builder: Builder) -> bool:
     return True
 
 
-def read_index(storage: Path) -> TaskIndex | None:
-    """The index as written, or None if it is missing or unreadable."""
+def read_index(storage: Path, *, entries: bool = True) -> TaskIndex | None:
+    """The index as written (only its header unless ``entries``), or None if it is
+    missing or unreadable."""
     try:
-        data = index_path(storage).read_bytes()
-        cut = data.index(b"\n") + 1
-        header = orjson.loads(data[:cut])
+        with open(index_path(storage), "rb") as f:
+            line = f.readline(1 << 24)
+            size = os.fstat(f.fileno()).st_size
+            raw = f.read() if entries else b""
+        header = orjson.loads(line)
         count = header["count"]
         if header.get("snerdIndex") != VERSION or header.get("byteorder") != sys.byteorder:
             return None
-        if type(count) is not int or len(data) != cut + 12 * count:
+        if type(count) is not int or size != len(line) + 12 * count or not line.endswith(b"\n"):
+            return None
+        if entries and len(raw) != 12 * count:
             return None
         files = [FileMark(**m) for m in header["files"]]
         if not all(_valid(m) for m in files):
             return None
-        keys, places = array("I"), array("Q")
-        keys.frombytes(data[cut : cut + 4 * count])
-        places.frombytes(data[cut + 4 * count :])
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         return None
-    return TaskIndex(files, keys, places)
+    return TaskIndex(files, count, raw)
 
 
 class Scanner:
@@ -241,36 +253,43 @@ class Scanner:
             self.cursors[file_no] = Cursor(**asdict(cursor))
 
 
-def fresh_index(storage: Path) -> TaskIndex:
-    """The index of ``storage``, extended or rebuilt (and written) if it is stale.
-    Raises LogError if the log cannot be read."""
+def fresh_index(storage: Path, *, entries: bool = True) -> TaskIndex:
+    """The index of ``storage``, extended or rebuilt (and written) if it is stale; with
+    its entries unless ``entries`` is false and it was current. Raises LogError if the
+    log cannot be read."""
     try:
-        return _fresh_index(storage)
+        return _fresh_index(storage, entries)
     except OSError as exc:
         raise LogError(f"cannot index the log: {exc}") from exc
 
 
-def _fresh_index(storage: Path) -> TaskIndex:
+def _fresh_index(storage: Path, entries: bool) -> TaskIndex:
     files = history_paths(storage)
-    old = read_index(storage)
-    resume = resume_point(old, files) if old is not None else None
+    head = read_index(storage, entries=False)
+    resume = resume_point(head, files) if head is not None else None
     scanner = Scanner(files)
     builder = Builder()
     start_file, start_at, cursor = 0, 0, None
-    if old is not None and resume is not None:
+    if head is not None and resume is not None:
         start_file, start_at, cursor = resume
-        if start_file == len(files) - 1 and start_at == files[-1].stat().st_size \
-                and len(old.files) == len(files):  # fmt: skip
+        current = start_file == len(files) - 1 and start_at == files[-1].stat().st_size \
+            and len(head.files) == len(files)  # fmt: skip
+        old = head if current and not entries else read_index(storage)
+        if old is not None and current:
             old.paths = files
             return old  # nothing new
-        builder.keys, builder.places = old.keys, old.places
-        for i, mark in enumerate(old.files[: start_file + 1]):
-            scanner.sizes[i] = mark.size
-            scanner.cursors[i] = Cursor(**mark.cursor)
+        if old is None or resume_point(old, files) != resume:  # replaced meanwhile
+            start_file, start_at, cursor = 0, 0, None
+        else:
+            builder = old.builder()
+            for i, mark in enumerate(old.files[: start_file + 1]):
+                scanner.sizes[i] = mark.size
+                scanner.cursors[i] = Cursor(**mark.cursor)
     for batch in scanner.batches(start_file, start_at, cursor):
         builder.add(batch)
     write_index(storage, scanner, builder)
-    return TaskIndex([], builder.keys, builder.places, files)
+    raw = builder.keys.tobytes() + builder.places.tobytes()
+    return TaskIndex([], len(builder.keys), raw, files)
 
 
 def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] | None:

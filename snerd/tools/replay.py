@@ -232,7 +232,7 @@ def ensure_index(source: Source) -> None:
 
     if source.path.is_dir():
         with contextlib.suppress(LogError):
-            idx.fresh_index(source.path)
+            idx.fresh_index(source.path, entries=False)
 
 
 def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
@@ -248,7 +248,7 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
     storage = source.path if source.path.is_dir() else None
     build = None
     if storage is not None:
-        old = idx.read_index(storage)
+        old = idx.read_index(storage, entries=False)
         if old is None or idx.resume_point(old, source.files) is None:
             build = idx.Builder()
     try:
@@ -275,7 +275,7 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
             if build is not None:
                 idx.write_index(storage, scanner, build)
             else:
-                idx.fresh_index(storage)
+                idx.fresh_index(storage, entries=False)
     return census.finish(live, now)
 
 
