@@ -3,7 +3,10 @@
 PATH is a storage directory (its archives oldest first, then the live log, each
 record once: :func:`snerd.eventlog.iter_history`) or a single log file. The records
 go through :mod:`snerd.projections.history`, the same fold the daemon runs, so the
-states shown are the ones the dispatcher saw. Read-only: no lock, no engine.
+states shown are the ones the dispatcher saw; the plain summary and a clean
+``--verify`` take a faster road to the same figures (:func:`fast_replay`). No lock,
+no engine; the only file it writes is the derived per-task index beside the log
+(``tasks/tasks.idx``, ``specs/log-storage.md`` §8.1), which ``--task`` reads.
 
 ``--verify`` also checks the checksum chain of every file (``eventlog/chain.py``) and
 names each broken link: a bit flip or an edit, a deletion, an insertion, a reorder.
