@@ -162,10 +162,20 @@ def counted(records: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Event]]
 
 def metric_totals(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Every metric's count over ``records`` (e.g. the whole stored history)."""
+    return fold_with_totals(records)[1]
+
+
+def fold_with_totals(records: Iterable[Mapping[str, Any]]) -> tuple[QueueState, dict[str, int]]:
+    """The state :func:`~snerd.projections.replay.bulk_fold` reaches over ``records``,
+    and every metric's count on the way (one pass for both)."""
     totals = dict.fromkeys(METRICS, 0)
-    for metric, _ in counted(records):
+
+    def count(metric: str, event: Event) -> None:
         totals[metric] += 1
-    return totals
+
+    folder = BulkFolder(on_count=count)
+    folder.feed(records)
+    return folder.finish(), totals
 
 
 def state_totals(state: QueueState) -> dict[str, int]:

@@ -86,17 +86,50 @@ def storage_of(engine: Engine) -> Path | str | None:
 def stored_records(storage: Path | str, task_id: str, known: set[str]) -> list[dict[str, Any]]:
     """Every stored record about ``task_id`` and its ancestors (``known`` ones first; a
     parent only the log still names costs another pass). Blocking: call in a thread."""
+    from snerd.errors import LogError
+
     ids = {task_id, *known}
     records: list[dict[str, Any]] = []
+    index = _task_index(storage)
     for _ in range(MAX_PASSES):
-        records = [
-            item for item in open_history(storage)
-            if not isinstance(item, SkippedLine) and tl.concerns(item, ids)
-        ]  # fmt: skip
+        try:
+            records = index(ids) if index is not None else _rescan(storage, ids)
+        except LogError:  # a file went away under the index (a compaction): rescan
+            index = None
+            records = _rescan(storage, ids)
         more = tl.parents_named(records, ids) - ids
         if not more:
             break
         ids |= more
+    return records
+
+
+def _rescan(storage: Path | str, ids: set[str]) -> list[dict[str, Any]]:
+    return [
+        item for item in open_history(storage)
+        if not isinstance(item, SkippedLine) and tl.concerns(item, ids)
+    ]  # fmt: skip
+
+
+def _task_index(storage: Path | str) -> Any:
+    """The records about some ids through the per-task index (extended first), or
+    None when it cannot be read, or for a PostgreSQL queue (then the history is
+    rescanned)."""
+    from snerd.errors import LogError
+    from snerd.eventlog.index import fresh_index, read_places
+    from snerd.eventlog.storage import is_url
+
+    if isinstance(storage, str) and is_url(storage):
+        return None
+    try:
+        index = fresh_index(Path(storage))
+    except (OSError, LogError):
+        return None
+
+    def records(ids: set[str]) -> list[dict[str, Any]]:
+        places = sorted({p for i in ids for p in index.places_of(i)})
+        return [dict(r) for _, r in read_places(index.paths, places) if tl.concerns(r, ids)]
+
     return records
 
 

@@ -3,7 +3,10 @@
 PATH is a storage directory (its archives oldest first, then the live log, each
 record once: :func:`snerd.eventlog.iter_history`) or a single log file. The records
 go through :mod:`snerd.projections.history`, the same fold the daemon runs, so the
-states shown are the ones the dispatcher saw. Read-only: no lock, no engine.
+states shown are the ones the dispatcher saw; the plain summary and a clean
+``--verify`` take a faster road to the same figures (:func:`fast_replay`). No lock,
+no engine; the only file it writes is the derived per-task index beside the log
+(``tasks/tasks.idx``, ``specs/log-storage.md`` §8.1), which ``--task`` reads.
 
 ``--verify`` also checks the checksum chain of every file (``eventlog/chain.py``) and
 names each broken link: a bit flip or an edit, a deletion, an insertion, a reorder.
@@ -14,10 +17,11 @@ exist or holds no log, or an unknown ``--task``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +31,9 @@ from rich.console import Console
 from rich.table import Table
 
 from snerd.eventlog.base import Record, SkippedLine
-from snerd.eventlog.chain import Break, ChainReport
+from snerd.eventlog.chain import Break, ChainReport, verify_plain_aside
 from snerd.projections import events as ev
+from snerd.projections.census import Census, CheckedCensus, NotCensus, Tally
 from snerd.projections.events import record_time
 from snerd.projections.history import (
     Audit,
@@ -42,7 +47,7 @@ from snerd.projections.history import (
 from snerd.projections.schedule import format_instant
 from snerd.projections.task import record_error
 from snerd.tools import kit
-from snerd.tools.replay_checks import Verifier
+from snerd.tools.replay_checks import EDGE_YEARS, CheckedRow, Verifier
 
 PIPE_WIDTH = 160  # columns when stdout is not a terminal (no wrapping of times and ids)
 PROGRESS_LINES = 100_000  # show a progress bar above this many lines (on a terminal)
@@ -63,6 +68,12 @@ class Source:
     read: int = 0  # records read (a file none of whose lines is one is not a log)
     ambiguous: dict[str, None] = field(default_factory=dict)
     """Tasks whose last line is a SnerdMQ tombstone that may be a dead letter (below)."""
+
+    @property
+    def directory(self) -> Path | None:
+        """The storage directory read (its index may serve), or None: a log file given
+        alone, or a PostgreSQL queue."""
+        return self.path if isinstance(self.path, Path) and self.path.is_dir() else None
 
     def items(self) -> Iterator[Record | SkippedLine]:
         from snerd.eventlog.history import iter_history, read_records
@@ -178,15 +189,34 @@ def progress_total(source: Source) -> int | None:
 
 
 def run_replay(
-    source: Source, *, task: str | None, at: float | None, verify: bool, now: float
-) -> tuple[History, TaskHistory | None]:
+    source: Source, *, task: str | None, at: float | None, verify: bool, now: float,
+    figures_only: bool = False,
+) -> tuple[History | Tally, TaskHistory | None]:
     """The figures of every task, and the full history of ``task`` if given.
 
-    Without ``--verify`` the figures come from the fast :class:`Summary`, and a task's
-    transitions from a second pass that folds only the records of that task and of
-    its parents (all its state depends on); ``--verify`` needs the state before every
-    record, hence the full audit fold (several times slower).
+    With ``figures_only`` (what the plain summary prints) and no ``--at`` or
+    ``--verify``, a :class:`Census` over a fast scan gives the figures (falling back
+    to the full summary on a log it cannot judge), building the per-task index on
+    the way when it is missing; ``task``'s transitions then come from the index.
+    Otherwise the figures come from the :class:`Summary`, and a task's transitions
+    from a second pass that folds only the records of that task and of its parents
+    (all its state depends on); ``--verify`` needs the state before every record,
+    hence the full audit fold (several times slower), unless a checked census vouches
+    that there is no problem to name.
     """
+    if figures_only and at is None and verify and task is None:
+        tally = fast_replay(source, now, checked=True)
+        if tally is not None:
+            return tally, None
+    if figures_only and at is None and not verify:
+        tally = fast_replay(source, now)
+        if tally is not None:
+            if task is None:
+                return tally, None
+            known, entry = indexed_history(source, task, now)
+            if known:
+                return tally, entry
+    ensure_index(source)
     now = now if at is None else at
     records: Iterator[Mapping[str, Any]] = source.records()
     total = progress_total(source)
@@ -206,6 +236,128 @@ def run_replay(
         return history, None
     again = source.records(keep_skipped=False)
     return history, history_of(again if at is None else until(again, at), task, parents, now)
+
+
+def ensure_index(source: Source) -> None:
+    """Build or extend the per-task index of a storage directory (the paths that do
+    not scan with the census build it apart); a log it cannot read is left to the
+    replay to report."""
+    from snerd.errors import LogError
+    from snerd.eventlog import index as idx
+
+    if source.directory is not None:
+        with contextlib.suppress(LogError):
+            idx.fresh_index(source.directory, entries=False)
+
+
+def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
+    """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
+    the log holds a record only the full summary judges. Builds the per-task index
+    of a storage directory on the way when it has none (or extends it after).
+    ``checked``: a census that also vouches there is no problem ``--verify`` would
+    name (None when there might be one)."""
+    from snerd.errors import LogError
+    from snerd.eventlog import index as idx
+    from snerd.eventlog.scan import Row
+
+    if isinstance(source.path, str):
+        return None  # a PostgreSQL queue has no files to scan: the full summary reads it
+    storage = source.directory
+    build = None
+    if storage is not None:
+        old = idx.read_index(storage, entries=False)
+        if old is None or idx.resume_point(old, source.files) is None:
+            build = idx.Builder()
+    try:
+        scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
+                              suspect=EDGE_YEARS if checked else ())  # fmt: skip
+        census = CheckedCensus() if checked else Census()
+        skipped: list[SkippedLine] = []
+        for batch in _scan_progress(scanner, source):
+            skipped.extend(batch.skipped)
+            if batch.odd:
+                return None
+            census.feed(batch.rows, batch.places)
+            if build is not None:
+                build.add(batch)
+        live = [record for _, record in idx.read_places(source.files, census.live_places())]
+    except NotCensus:
+        return None
+    except LogError as exc:
+        raise UsageProblem(str(exc)) from None
+    source.skipped.extend(skipped)
+    source.read += census.events
+    if storage is not None:
+        with contextlib.suppress(LogError):  # the index is derived: the next reader builds it
+            if build is not None:
+                idx.write_index(storage, scanner, build)
+            else:
+                idx.fresh_index(storage, entries=False)
+    return census.finish(live, now)
+
+
+def _scan_progress(scanner: Any, source: Source) -> Iterator[Any]:
+    """The scan's batches, with a progress bar (bytes) on a large log on a terminal."""
+    batches = scanner.batches()
+    sizes = [p.stat().st_size for p in source.files]
+    total = sum(sizes)
+    if not sys.stderr.isatty() or total < PROGRESS_MIN_BYTES * 8:
+        yield from batches
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    columns = (TextColumn("replaying"), BarColumn(), DownloadColumn())
+    with Progress(*columns, console=kit.console(stderr=True), transient=True) as progress:
+        bar = progress.add_task("replay", total=total)
+        for batch in batches:
+            yield batch
+            progress.update(bar, completed=sum(sizes[: batch.file]) + batch.end)
+
+
+def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHistory | None]:
+    """(True, ``task``'s history) from the per-task index; (False, None) when the index
+    cannot tell (a log file given alone, or a record without ``ts``, whose clock only
+    a rescan knows)."""
+    from snerd.errors import LogError
+    from snerd.eventlog import index as idx
+
+    if source.directory is None:
+        return False, None
+    try:
+        index = idx.fresh_index(source.directory)
+        return _indexed_history(index, source, task, now)
+    except LogError:
+        return False, None  # a file went away under the lookup: rescan
+
+
+def _indexed_history(
+    index: Any, source: Source, task: str, now: float
+) -> tuple[bool, TaskHistory | None]:
+    wanted = {task}
+    found = _named(index, task)
+    parents: set[str] = set()
+    for _, record in found:
+        if _names(record, wanted):
+            ids = record.get(ev.F_TRIGGER_AFTER_IDS)
+            if isinstance(ids, list):
+                parents.update(p for p in ids if isinstance(p, str))
+    merged = dict(found)
+    for parent in parents - wanted:
+        merged.update(_named(index, parent))
+    records = [merged[p] for p in sorted(merged)]
+    if any(record_time(r) is None for r in records):
+        return False, None
+    if not any(_names(r, wanted) for r in records):
+        return True, None
+    return True, history_of(records, task, parents, now)
+
+
+def _named(index: Any, task: str) -> list[tuple[int, Mapping[str, Any]]]:
+    from snerd.eventlog import index as idx
+
+    ids = {task}
+    places = index.places_of(task)
+    return [(p, r) for p, r in idx.read_places(index.paths, places) if _names(r, ids)]
 
 
 def _noting_parents(
@@ -285,12 +437,13 @@ def transition_rows(entry: TaskHistory) -> list[dict[str, Any]]:
     ]
 
 
-def problem_rows(history: History, source: Source) -> list[dict[str, Any]]:
+def problem_rows(history: History | Tally, source: Source) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = [
         {"where": f"byte {s.offset}", "task": None, "problem": _skipped_text(s)}
         for s in source.skipped
     ]
-    rows.extend(_problem_row(p) for p in history.problems)
+    if isinstance(history, History):
+        rows.extend(_problem_row(p) for p in history.problems)
     return rows
 
 
@@ -312,7 +465,7 @@ def _console() -> Console:
     return out
 
 
-def render_summary(history: History, source: Source, at: float | None) -> None:
+def render_summary(history: History | Tally, source: Source, at: float | None) -> None:
     out = _console()
     when = f" as of {format_instant(at)}" if at is not None else ""
     files = f" ({len(source.files)} files)" if len(source.files) > 1 else ""
@@ -375,15 +528,27 @@ def render_problems(rows: list[dict[str, Any]]) -> None:
 # --- the checksum chain ---------------------------------------------------------------
 
 
-def verify_chain(source: Source) -> ChainReport:
-    """Check the checksum chain of every file (key from ``SNERD_LOG_KEY[_FILE]``)."""
-    from snerd.eventlog.chain import key_from_env, verify
+def chain_key() -> bytes | None:
+    """The chain key from ``SNERD_LOG_KEY[_FILE]``."""
+    from snerd.eventlog.chain import key_from_env
 
     try:
-        key = key_from_env()
+        return key_from_env()
     except OSError as exc:
         raise UsageProblem(f"cannot read the chain key: {exc}") from None
-    return verify(source.files, key)
+
+
+def verify_chain(
+    source: Source, plain: Callable[[], ChainReport | None] | None = None
+) -> ChainReport:
+    """Check the checksum chain of every file: the report of ``plain`` (the fast check,
+    started aside before the replay) when it vouches for the chain, else the full
+    check, which names every break."""
+    from snerd.eventlog.chain import verify, verify_plain
+
+    key = chain_key()
+    report = plain() if plain is not None else verify_plain(source.files, key)
+    return report or verify(source.files, key)
 
 
 def chain_rows(report: ChainReport) -> list[dict[str, Any]]:
@@ -447,24 +612,32 @@ def replay(
     """Replay the log at PATH (a storage directory, a log file or a postgresql:// URL)
     and report."""
     shown = kit.shown(path)
+    plain: Callable[[], ChainReport | None] | None = None
     try:
         at = parse_at(at_text)
         source = open_source(path)
-        history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time())
+        plain = verify_plain_aside(source.files, chain_key()) if verify and source.files else None
+        history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time(),
+                                    figures_only=not as_json)
         if source.read == 0 and source.skipped:
             raise UsageProblem(f"{shown} is not a task log: none of its lines is a log record "
                                f"({len(source.skipped)} skipped)")  # fmt: skip
     except UsageProblem as exc:
+        if plain is not None:
+            plain()  # reap the check started aside
         kit.fail(str(exc), code=2)
         return
     if task_id is not None and entry is None:
+        if plain is not None:
+            plain()
         kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
-    chained = verify_chain(source) if verify and source.files else None
+    chained = verify_chain(source, plain) if verify and source.files else None
     if chained is not None:
         problems.extend(chain_rows(chained))
     if as_json:
+        assert isinstance(history, History)  # the census serves the plain summary only
         data = summary(history, source)
         if entry is not None:
             data["history"] = transition_rows(entry)

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from snerd.projections import fields
 from snerd.tools import kit
+from snerd.tools.progress import LateProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +30,18 @@ class Snapshot:
     state: Any  # QueueState
     skipped: int
     now: float
+    totals: dict[str, int] | None = None  # the metric totals, when the fold counted them
+    limits: dict[str, int] | None = None  # each rate group's last maxPerMinute, likewise
 
 
-def load(storage: Path | str) -> Snapshot:
-    """Fold the live log of an existing storage (exit 1 when there is none)."""
+def load(storage: Path | str, progress: LateProgress | None = None) -> Snapshot:
+    """Fold the live log of an existing storage (exit 1 when there is none). Without
+    archives the live log is the whole history: the same pass counts the totals."""
     from snerd.eventlog.base import SkippedLine
-    from snerd.eventlog.storage import open_live
+    from snerd.eventlog.layout import resolve
+    from snerd.eventlog.storage import is_url, open_live
     from snerd.projections import bulk_fold
+    from snerd.projections.views.stats import fold_with_totals
 
     storage = kit.existing_storage(storage)
     skipped = 0
@@ -47,10 +54,15 @@ def load(storage: Path | str) -> Snapshot:
             else:
                 yield item
 
-    return Snapshot(storage, bulk_fold(records()), skipped, time.time())
+    items = records() if progress is None else progress.wrap(records())
+    if is_url(str(storage)) or resolve(storage).archive_files():  # (a URL may have some)
+        return Snapshot(storage, bulk_fold(items), skipped, time.time())
+    limits: dict[str, int] = {}
+    state, totals = fold_with_totals(_noting_limits(items, limits))
+    return Snapshot(storage, state, skipped, time.time(), totals, limits)
 
 
-def collect(snap: Snapshot) -> dict[str, Any]:
+def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, Any]:
     """Everything ``stats`` reports, JSON-ready: counts per status now, and the totals
     of every metric (events, e.g. ``failed_attempts``) since the log began."""
     from snerd.eventlog.base import SkippedLine
@@ -65,10 +77,13 @@ def collect(snap: Snapshot) -> dict[str, Any]:
     for entry in state.dlq.values():
         by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
     limits: dict[str, int] = {}
-    history = _noting_limits(
-        (r for r in open_history(snap.storage) if not isinstance(r, SkippedLine)), limits
-    )
-    totals = metric_totals(history)
+    if snap.totals is not None and snap.limits is not None:
+        totals, limits = snap.totals, snap.limits
+    else:
+        records = (r for r in open_history(snap.storage) if not isinstance(r, SkippedLine))
+        history = _noting_limits(records if progress is None else progress.wrap(records),
+                                 limits)  # fmt: skip
+        totals = metric_totals(history)
     where = describe(snap.storage)
     return {
         "storage": kit.shown(snap.storage),
@@ -84,6 +99,35 @@ def collect(snap: Snapshot) -> dict[str, Any]:
             "last_seq": state.last_seq,
         },
     }
+
+
+def gather(storage: Path | str, console: Console, *,
+           clock: Callable[[], float] = time.monotonic, after: float = 1.0,
+           every: int = 4096) -> dict[str, Any]:  # fmt: skip
+    """:func:`collect` of :func:`load`, with a progress bar on ``console`` (records read
+    of the live log and then the full history) once it runs past ``after`` seconds (of
+    a storage dir: a PostgreSQL queue is read without one)."""
+    from snerd.eventlog.history import history_files
+    from snerd.eventlog.layout import resolve
+    from snerd.eventlog.storage import is_url
+
+    if is_url(str(storage)):
+        return collect(load(storage))
+
+    def total() -> int:
+        from snerd.tools.replay import count_lines
+
+        storage_ = kit.existing_storage(storage)
+        layout = resolve(storage_)
+        again = history_files(storage_) if layout.archive_files() else []  # see load()
+        return count_lines([layout.log_path, *again])
+
+    progress = LateProgress("reading the log", total, console, clock=clock, after=after,
+                            every=every)  # fmt: skip
+    try:
+        return collect(load(storage, progress), progress)
+    finally:
+        progress.close()
 
 
 def _noting_limits(records: Iterator[Any], limits: dict[str, int]) -> Iterator[Any]:
@@ -141,7 +185,7 @@ def render(data: dict[str, Any]) -> None:
 @kit.json_option
 def stats(storage: Path, as_json: bool) -> None:
     """Counts per state, totals, per-type breakdown and rate-limit use of a queue."""
-    data = collect(load(storage))
+    data = gather(storage, kit.console(stderr=True))
     if as_json:
         kit.emit_json(data)
     else:

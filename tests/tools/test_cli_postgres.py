@@ -127,3 +127,15 @@ def test_compact_and_replay_keep_the_whole_history(cli: CliRunner, store: str) -
     history = _json(cli, replay, [store, "--task", "bad-1"])
     assert history["history"], history
     assert _json(cli, replay, [store, "--verify"])["problems"] == []
+
+
+def test_the_plain_replay_summary_reads_a_url(cli: CliRunner, store: str) -> None:
+    """The fast summary scans files; on a URL the full one reads the rows instead."""
+    import re
+
+    shown = _invoke(cli, replay, [store])
+    full = _json(cli, replay, [store])
+    assert sum(full["counts"].values()) > 0
+    assert re.search(r"Replayed [1-9]\d* events", shown), shown
+    for state, n in full["counts"].items():
+        assert re.search(rf"{state.replace('_', ' ')}\s*│\s*{n}\b", shown), (state, shown)

@@ -1,0 +1,172 @@
+"""Read-path benchmark (issue 8, "Replay"): ``snerdmq replay``, the per-task index,
+``replay --verify`` and ``stats``, as ratios against a ``json.loads`` loop over the
+same file, all measured in this one invocation.
+
+    python -m benchmarks.bench_replay [--tasks N | --quick] [--keep DIR]
+
+Generates a realistic storage once into a temporary directory (``--tasks`` tasks,
+default 200,000, that all run to completion or dead letter: enqueued, claimed, a
+third of the attempts with a progress line, 75% succeed at once, 20% fail once and
+succeed on retry, 5% fail twice and are dead-lettered; ~4 records per task, each
+line sealed by the checksum chain as the writer does), then times, each as a
+subprocess the way a user runs it (``python -m snerd.cli``):
+
+- baseline: ``for line in open(path, "rb"): json.loads(line)`` (results dropped);
+- ``replay`` the first time (it builds the per-task index beside the log), then again
+  (the index is current), with each run's peak RSS;
+- ``replay --task ID`` (one task's history through the index), and the in-process
+  lookup time alone;
+- ``replay --verify``, against plain replay;
+- ``stats``.
+
+``--quick`` is ``--tasks 20000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+
+from benchmarks.bench_fold import _lifecycle
+from snerd.eventlog.chain import GENESIS, Chain
+from snerd.tools.replay import indexed_history, open_source
+
+
+def generate(storage: Path, tasks: int, window: int = 3000) -> tuple[Path, int]:
+    """Write ``tasks`` whole task lifecycles (interleaved as a sliding window of about
+    ``window`` tasks) to ``storage``'s live log, chained; returns (log path, records)."""
+    log = storage / "tasks" / "tasks.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    lag = max(1, window // 2)
+    pending: dict[int, list[dict[str, object]]] = {}
+    chain, prev = Chain(), GENESIS
+    n = step = 0
+    with open(log, "wb") as f:
+        i = 0
+        while i < tasks or pending:
+            if i < tasks:
+                for at, record in _lifecycle(i, lag):
+                    pending.setdefault(at, []).append(record)
+                i += 1
+            bodies = []
+            for record in pending.pop(step, ()):
+                n += 1
+                record["seq"] = n
+                bodies.append(orjson.dumps(record))
+            if bodies:
+                prev, lines = chain.seal_all(prev, bodies)
+                f.writelines(lines)
+            step += 1
+    return log, n
+
+
+def json_loop(path: Path) -> float:
+    t0 = time.perf_counter()
+    for line in open(path, "rb"):  # noqa: SIM115 (the baseline as the issue writes it)
+        json.loads(line)
+    return time.perf_counter() - t0
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS in MB, stdout) of ``python -m snerd.cli ARGS``; the CPU
+    seconds it and its children used go to :data:`CPU`."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snerd.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(f"snerdmq {' '.join(args)} failed ({status}): {out[-500:]!r}")
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    CPU[" ".join(args)] = usage.ru_utime + usage.ru_stime
+    return wall, usage.ru_maxrss // 1024, out.decode(errors="replace")
+
+
+CPU: dict[str, float] = {}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parse(argv)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"read-path benchmark (python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+          f"load {load})")  # fmt: skip
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="snerd-bench-"))
+    storage = root / "storage"
+    try:
+        t0 = time.perf_counter()
+        if args.keep and (storage / "tasks" / "tasks.log").exists():
+            log = storage / "tasks" / "tasks.log"
+            n = sum(1 for _ in open(log, "rb"))  # noqa: SIM115
+        else:
+            log, n = generate(storage, args.tasks)
+        size = log.stat().st_size
+        print(f"log: {args.tasks:,} tasks, {n:,} records, {size / 1e6:.1f} MB, "
+              f"{size / n:.0f} bytes/record ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
+        _measure(storage, log, args)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
+    base = json_loop(log)
+    print(f"baseline json.loads loop        : {base:7.2f} s")
+    index_dir = storage / "tasks" / "index"
+    shutil.rmtree(index_dir, ignore_errors=True)
+    first, rss1, _ = run("replay", str(storage))
+    print(f"replay, first (builds the index): {first:7.2f} s  {base / first:5.2f}x the baseline"
+          f"  (peak RSS {rss1} MB)")  # fmt: skip
+    again, rss2, _ = run("replay", str(storage))
+    print(f"replay, index current           : {again:7.2f} s  {base / again:5.2f}x the baseline"
+          f"  (peak RSS {rss2} MB)")  # fmt: skip
+    task = f"task-{args.tasks // 2:08d}"
+    one, _, _ = run("replay", str(storage), "--task", task)
+    print(f"replay --task {task}    : {one:7.2f} s (process start and summary included)")
+    lookups = []
+    for i in range(5):
+        wanted = f"task-{(args.tasks * (2 * i + 1)) // 10:08d}"
+        t0 = time.perf_counter()
+        known, entry = indexed_history(open_source(storage), wanted, time.time())
+        lookups.append(time.perf_counter() - t0)
+        assert known and entry is not None, wanted
+    print(f"a task's history via the index   : {statistics.median(lookups) * 1000:7.1f} ms "
+          f"(median of 5 tasks, in process; max {max(lookups) * 1000:.1f} ms)")
+    verify, _, _ = run("replay", str(storage), "--verify")
+    cpu_plain, cpu_verify = CPU[f"replay {storage}"], CPU[f"replay {storage} --verify"]
+    print(f"replay --verify                 : {verify:7.2f} s  {verify / again:5.2f}x plain replay"
+          f" (CPU {cpu_verify:.2f} s, {cpu_verify / cpu_plain:.2f}x plain's {cpu_plain:.2f} s:"
+          " the chain is checked in a second process)")  # fmt: skip
+    stats, _, _ = run("stats", str(storage))
+    print(f"stats                           : {stats:7.2f} s  {base / stats:5.2f}x the baseline")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--tasks", type=int, default=200_000, help="tasks in the log (default 200,000)")
+    p.add_argument("--quick", action="store_true", help="20,000 tasks")
+    p.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (reused if there)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.tasks = 20_000
+    return args
+
+
+if __name__ == "__main__":
+    main()
