@@ -45,7 +45,9 @@ async def lookup(engine: Engine, task_id: str) -> dict[str, Any] | None:
     view = task_view(engine.state, task_id, now=engine.clock.now())
     if view is not None:
         return view
-    return await asyncio.to_thread(lambda: ended_view(engine.log.history(), task_id))
+    return await asyncio.to_thread(
+        lambda: ended_view(engine.log.history_about((task_id,)), task_id)
+    )
 
 
 class Results:

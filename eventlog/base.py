@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -127,6 +127,12 @@ class EventLog(abc.ABC):
         task that has left the live state. Blocking: call it in a thread. Empty for a
         log that keeps no history."""
         return iter(())
+
+    def history_about(self, ids: Collection[str]) -> Iterable[Record]:
+        """At least every stored record that names one of ``ids`` (others may come
+        too: the caller filters), archives first, each once. By default the whole
+        :meth:`history`; a file log reads them through its per-task index. Blocking."""
+        return self.history()
 
     @abc.abstractmethod
     def stats(self) -> LogStats:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,6 +178,18 @@ class FileLog(BatchingLog):
         for item in iter_history(self.layout.storage):
             if not isinstance(item, SkippedLine):
                 yield item
+
+    def history_about(self, ids: Collection[str]) -> Iterable[Record]:
+        """The records the per-task index places for ``ids`` (extended or rebuilt
+        first: ``tasks/tasks.idx``); the whole history if the index cannot be read."""
+        from snerd.eventlog.index import fresh_index, read_places
+
+        try:
+            index = fresh_index(self.layout.storage)
+            places = sorted({p for task_id in ids for p in index.places_of(task_id)})
+            return [dict(record) for _, record in read_places(index.paths, places)]
+        except LogError:  # unreadable, or a file went away under it (a compaction)
+            return list(self.history())
 
     def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
                        now_ms: int) -> int:  # fmt: skip

@@ -405,3 +405,20 @@ async def test_fsyncs_run_inline_unless_the_disk_is_slow(
     took[0] = 0.0001  # fast again: the average decays below the bound, then inline
     ran = await appends(30)
     assert ran[0] is False and ran[-1] is True
+
+
+async def test_history_about_reads_through_the_per_task_index(
+    storage: Path, file_log: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file log answers ``history_about`` from ``tasks/tasks.idx`` (built on first
+    use), not by rescanning every file."""
+    log, _ = await file_log()
+    await log.append([{"event": "enqueued", "taskId": f"t{i}", "taskType": "x"} for i in range(50)])
+
+    def no_rescan() -> None:
+        raise AssertionError("rescanned the whole history")
+
+    monkeypatch.setattr(log, "history", no_rescan)
+    found = [r["taskId"] for r in log.history_about({"t7"}) if r.get("taskId") == "t7"]
+    assert found == ["t7"]
+    assert (storage / "tasks" / "tasks.idx").exists()

@@ -312,3 +312,26 @@ async def test_history_holds_every_record_once_across_compactions(open_log: Open
     assert puts == [("x", 1), ("y", 2), ("z", 3), ("w", 4)]
     b, _ = await open_log(follow=False)  # another process reads the same trail
     assert [r["k"] for r in b.history() if r.get("event") == "put"] == ["x", "y", "z", "w"]
+
+
+async def test_history_about_some_ids_holds_every_record_naming_them(open_log: OpenLog) -> None:
+    """``history_about(ids)``: at least the records of ``history()`` that name one of
+    the ids (a file log reads them through its per-task index), across compactions,
+    for another process too."""
+
+    def about(records: Any, wanted: set[str]) -> list[tuple[Any, Any]]:
+        return [(r.get("event"), r.get("seq")) for r in records
+                if r.get("taskId") in wanted or r.get("task") in wanted]  # fmt: skip
+
+    a, rec = await open_log(follow=False)
+    await a.append([{"event": "enqueued", "taskId": t, "taskType": "x"} for t in "abc"])
+    await a.compact(rec.snapshot())
+    await a.append([{"event": "claimed", "task": "a"}, {"event": "succeeded", "taskId": "b"}])
+    await a.compact(rec.snapshot())
+    await a.append([{"event": "succeeded", "taskId": "a", "taskType": "x"}])
+    b, _ = await open_log(follow=False)
+    for log in (a, b):
+        for wanted in ({"a"}, {"b", "c"}, {"nobody"}):
+            expected = about(log.history(), wanted)
+            assert about(log.history_about(wanted), wanted) == expected
+    assert about(a.history(), {"a"}) == [("enqueued", 1), ("claimed", 4), ("succeeded", 6)]
