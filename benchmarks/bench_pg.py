@@ -1,0 +1,397 @@
+"""PostgreSQL append-path benchmarks: the driver choice and PostgresLog's overhead, as ratios.
+
+    python -m benchmarks.bench_pg [--url URL] [--appends N] [--rounds R] [--quick]
+
+(1) the append path raw, per driver: one transaction per record (``BEGIN``; the
+    queue's advisory transaction lock; ``INSERT`` of one ~300-byte line; ``COMMIT``),
+    ``synchronous_commit`` on, with psycopg 3 (async, its C "binary" implementation)
+    and with asyncpg: the same statements, one round trip each, in both. Then the same
+    with 32 records per transaction, and, to expose the drivers' own cost, one record
+    per transaction with ``synchronous_commit`` off. Records/s and asyncpg/psycopg.
+(2) ``PostgresLog`` itself (``eventlog/postgres/``, psycopg 3): sequential durable
+    ``append`` of one record, and 32 concurrent appenders (group commit), against the
+    raw psycopg loop of (1) as baseline; the 32 appenders also against the baseline
+    of issue 10: 32 concurrent appenders, each on its own psycopg connection, one
+    ``INSERT`` + ``COMMIT`` per append.
+(3) ``FileLog`` on a temp dir (fsync on), the same two figures: PostgreSQL / file.
+
+Every figure is a ratio against a baseline measured in the same invocation; rounds are
+interleaved (every variant once per round) and the median is printed. The raw loops
+write to a fresh table shaped as ``snerd.log`` (dropped after); PostgresLog writes to a
+fresh queue (its rows deleted after). The server is the local one of the development
+machines (``postgresql://postgres@127.0.0.1:5432/test``, trust) unless ``--url`` or
+``$SNERD_BENCH_PG_URL`` names another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import asyncpg
+import orjson
+import psycopg
+
+from benchmarks.bench_log import _Count, _enqueued
+from snerd.eventlog.base import EventLog
+from snerd.eventlog.filelog import FileLog
+from snerd.eventlog.postgres.log import PostgresLog
+from snerd.eventlog.postgres.schema import lock_key
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+CONCURRENCY = 32
+BATCH = 32
+NOTIFY_CHANNEL = "bench_pg"
+LOG_TABLES = ("archive_log", "archives", "log", "daemons", "queues")
+
+# ------------------------------------------------------------ (1) the raw loop
+
+
+def _lines(n: int) -> list[bytes]:
+    """``n`` log lines of ~300 bytes, as FileLog writes them (built before any clock)."""
+    return [orjson.dumps(_enqueued(i, i + 1, 1_760_000_000_000 + i)) + b"\n" for i in range(n)]
+
+
+class RawTable:
+    """A fresh table shaped as ``snerd.log``, and the statements of the raw loops."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.name = f"bench_pg_{uuid.uuid4().hex[:12]}"
+        self.queue = "bench"
+        self.key = lock_key("bench", self.name)
+        insert = (
+            f"INSERT INTO {self.name} (queue, pos, line)"
+            " SELECT {q}, {p} + t.n, t.line FROM unnest({a}::bytea[]) WITH ORDINALITY AS t(line, n)"
+        )  # the statement PostgresLog runs (sql.INSERT), one line or a batch alike
+        self.insert_psycopg = insert.format(q="%s", p="%s", a="%s")
+        self.insert_asyncpg = insert.format(q="$1", p="$2::bigint", a="$3")
+        read = f"SELECT pos, line FROM {self.name} WHERE queue = {{q}} AND pos > {{p}} ORDER BY pos"
+        self.read_psycopg = read.format(q="%s", p="%s")  # the catch-up read (none are new)
+        self.read_asyncpg = read.format(q="$1", p="$2::bigint")
+
+    def create(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(
+                f"CREATE TABLE {self.name} (queue text NOT NULL, pos bigint NOT NULL,"
+                " line bytea NOT NULL, PRIMARY KEY (queue, pos))"
+            )
+
+    def clear(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"TRUNCATE {self.name}")
+
+    def drop(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {self.name}")
+
+
+async def raw_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
+    """Records/s of the raw loop on one psycopg 3 async connection."""
+    conn = await psycopg.AsyncConnection.connect(table.url, autocommit=True)
+    try:
+        if not sync:
+            await conn.execute("SET synchronous_commit = off")
+        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
+        lock, insert, key, queue = "SELECT pg_advisory_xact_lock(%s)", table.insert_psycopg, \
+            table.key, table.queue  # fmt: skip
+        pos = 0
+        t0 = time.perf_counter()
+        for chunk in chunks:
+            async with conn.transaction():  # BEGIN ... COMMIT
+                await conn.execute(lock, (key,), binary=True)
+                await conn.execute(insert, (queue, pos, chunk), binary=True)
+            pos += len(chunk)
+        return len(lines) / (time.perf_counter() - t0)
+    finally:
+        await conn.close()
+
+
+async def raw_asyncpg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
+    """Records/s of the same loop on one asyncpg connection."""
+    conn = await asyncpg.connect(table.url)
+    try:
+        if not sync:
+            await conn.execute("SET synchronous_commit = off")
+        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
+        lock, insert, key, queue = "SELECT pg_advisory_xact_lock($1)", table.insert_asyncpg, \
+            table.key, table.queue  # fmt: skip
+        pos = 0
+        t0 = time.perf_counter()
+        for chunk in chunks:
+            async with conn.transaction():  # BEGIN ... COMMIT
+                await conn.execute(lock, key)
+                await conn.execute(insert, queue, pos, chunk)
+            pos += len(chunk)
+        return len(lines) / (time.perf_counter() - t0)
+    finally:
+        await conn.close()
+
+
+async def shaped_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
+    """Records/s of PostgresLog's transaction, statement for statement, on psycopg 3: a
+    pipeline of BEGIN, the lock and the catch-up read, then one of INSERT, NOTIFY and
+    COMMIT (two round trips; ``sync`` and ``batch`` as in :func:`raw_psycopg`)."""
+    conn = await psycopg.AsyncConnection.connect(table.url, autocommit=True)
+    try:
+        if not sync:
+            await conn.execute("SET synchronous_commit = off")
+        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
+        pos = 0
+        t0 = time.perf_counter()
+        for chunk in chunks:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (table.key,))
+                cur = await conn.cursor(binary=True).execute(table.read_psycopg,
+                                                             (table.queue, pos))  # fmt: skip
+            assert not await cur.fetchall()
+            async with conn.pipeline():
+                await conn.execute(table.insert_psycopg, (table.queue, pos, chunk), binary=True)
+                await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, table.queue))
+                await conn.execute("COMMIT")
+            pos += len(chunk)
+        return len(lines) / (time.perf_counter() - t0)
+    finally:
+        await conn.close()
+
+
+async def shaped_asyncpg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
+    """The same transaction on asyncpg, which has no pipeline for a mix of statements:
+    one round trip per statement (BEGIN, lock, read, INSERT, NOTIFY, COMMIT)."""
+    conn = await asyncpg.connect(table.url)
+    try:
+        if not sync:
+            await conn.execute("SET synchronous_commit = off")
+        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
+        pos = 0
+        t0 = time.perf_counter()
+        for chunk in chunks:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", table.key)
+                assert not await conn.fetch(table.read_asyncpg, table.queue, pos)
+                await conn.execute(table.insert_asyncpg, table.queue, pos, chunk)
+                await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, table.queue)
+            pos += len(chunk)
+        return len(lines) / (time.perf_counter() - t0)
+    finally:
+        await conn.close()
+
+
+async def raw_concurrent(table: RawTable, lines: list[bytes]) -> float:
+    """Issue 10's baseline: CONCURRENCY appenders, each on its own psycopg connection,
+    one ``INSERT`` + ``COMMIT`` per line (no lock: each appender numbers its own lines)."""
+    conns = [
+        await psycopg.AsyncConnection.connect(table.url, autocommit=True)
+        for _ in range(CONCURRENCY)
+    ]
+    per = len(lines) // CONCURRENCY
+    insert = table.insert_psycopg
+
+    async def appender(w: int) -> None:
+        conn = conns[w]
+        for i in range(per):
+            pos = w * per + i
+            async with conn.transaction():
+                await conn.execute(insert, (table.queue, pos, [lines[pos]]), binary=True)
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(appender(w) for w in range(CONCURRENCY)))
+        return per * CONCURRENCY / (time.perf_counter() - t0)
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+# ----------------------------------------------------- (2), (3) the logs themselves
+
+
+async def log_sequential(log: EventLog, n: int) -> tuple[float, int]:
+    """(appends/s, commits) of one appender awaiting each durable append."""
+    await log.open(_Count())
+    records = [_enqueued(i, 0, 0) for i in range(n)]
+    try:
+        t0 = time.perf_counter()
+        for record in records:
+            await log.append([record])
+        return n / (time.perf_counter() - t0), getattr(log, "commits", 0)
+    finally:
+        await log.close()
+
+
+async def log_concurrent(log: EventLog, n: int) -> tuple[float, int]:
+    """(appends/s, commits) of CONCURRENCY appenders awaiting each durable append."""
+    await log.open(_Count())
+    per = n // CONCURRENCY
+    batches = [[_enqueued(w * per + i, 0, 0) for i in range(per)] for w in range(CONCURRENCY)]
+
+    async def appender(w: int) -> None:
+        for record in batches[w]:
+            await log.append([record])
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(appender(w) for w in range(CONCURRENCY)))
+        return per * CONCURRENCY / (time.perf_counter() - t0), getattr(log, "commits", 0)
+    finally:
+        await log.close()
+
+
+def _queue_url(url: str, queue: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}queue={queue}"
+
+
+def drop_queue(url: str, queue: str) -> None:
+    """Delete every row of ``queue`` in our schema (the schema itself stays)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass('snerd.queues')").fetchone()
+        if found is None or found[0] is None:
+            return
+        for table in LOG_TABLES:
+            conn.execute(f"DELETE FROM snerd.{table} WHERE queue = %s", (queue,))
+
+
+# -------------------------------------------------------------------- report
+
+Figures = dict[str, list[float]]
+
+
+async def _round(args: argparse.Namespace, table: RawTable, work: Path, figures: Figures,
+                 r: int) -> None:  # fmt: skip
+    """Every variant once, interleaved so that all see the same server and disk weather."""
+    n = args.appends
+    lines = _lines(n)
+
+    async def raw(name: str, run: Callable[[], Awaitable[float]]) -> None:
+        table.clear()
+        figures.setdefault(name, []).append(await run())
+
+    for driver, loop in (("psycopg", raw_psycopg), ("asyncpg", raw_asyncpg)):
+        order = (1, True), (BATCH, True), (1, False)
+        for batch, sync in order if r % 2 == 0 else reversed(order):
+            await raw(f"{driver}/{batch}/{'on' if sync else 'off'}",
+                      lambda lp=loop, b=batch, s=sync: lp(table, lines, b, s))  # fmt: skip
+    for driver, loop in (("psycopg", shaped_psycopg), ("asyncpg", shaped_asyncpg)):
+        await raw(f"{driver}/shaped", lambda lp=loop: lp(table, lines, 1, True))
+    await raw("psycopg/32 connections", lambda: raw_concurrent(table, lines))
+
+    for mode, bench in (("sequential", log_sequential), ("concurrent", log_concurrent)):
+        queue = f"bench-{uuid.uuid4().hex[:12]}"
+        try:
+            rate, commits = await bench(PostgresLog(_queue_url(args.url, queue), follow=False), n)
+        finally:
+            drop_queue(args.url, queue)
+        figures.setdefault(f"PostgresLog/{mode}", []).append(rate)
+        figures.setdefault(f"PostgresLog/{mode}/per-commit", []).append(n / max(commits, 1))
+        storage = work / f"{mode}-{r}"
+        storage.mkdir()
+        rate, commits = await bench(FileLog(storage, fsync=True, follow=False), n)
+        figures.setdefault(f"FileLog/{mode}", []).append(rate)
+        figures.setdefault(f"FileLog/{mode}/per-commit", []).append(n / max(commits, 1))
+
+
+def _report(figures: Figures, rounds: int) -> None:
+    med = {k: statistics.median(v) for k, v in figures.items()}
+
+    def line(label: str, key: str, note: str = "") -> None:
+        span = f"{min(figures[key]):,.0f}..{max(figures[key]):,.0f}"
+        print(f"  {label:<52}: {med[key]:9,.0f} records/s  {note}  [{span}]")
+
+    print(f"(1) raw append loop, median of {rounds} (BEGIN; advisory xact lock; INSERT; COMMIT)")
+    for batch, sync in ((1, "on"), (BATCH, "on"), (1, "off")):
+        ps, ap = med[f"psycopg/{batch}/{sync}"], med[f"asyncpg/{batch}/{sync}"]
+        what = f"{batch} record{'s' if batch > 1 else ''}/txn, synchronous_commit {sync}"
+        line(f"psycopg 3, {what}", f"psycopg/{batch}/{sync}", "(1.00x)")
+        line(f"asyncpg,   {what}", f"asyncpg/{batch}/{sync}",
+             f"({ap / ps:.2f}x psycopg: asyncpg {_pct(ap / ps)})")  # fmt: skip
+    ps, ap = med["psycopg/shaped"], med["asyncpg/shaped"]
+    what = "PostgresLog's txn (pipelined: 2 round trips)"
+    line(f"psycopg 3, {what}", "psycopg/shaped", "(1.00x)")
+    line("asyncpg,   the same txn (no pipeline: 6 round trips)", "asyncpg/shaped",
+         f"({ap / ps:.2f}x psycopg: asyncpg {_pct(ap / ps)})")  # fmt: skip
+    base = med["psycopg/1/on"]
+    conc = med["psycopg/32 connections"]
+    line("psycopg 3, 32 connections, INSERT+COMMIT", "psycopg/32 connections",
+         f"({conc / base:.2f}x the one-connection loop)")  # fmt: skip
+    print("(2) PostgresLog (psycopg 3), durable appends of one record")
+    for mode, label in (("sequential", "1 appender"), ("concurrent", f"{CONCURRENCY} appenders")):
+        rate = med[f"PostgresLog/{mode}"]
+        per = med[f"PostgresLog/{mode}/per-commit"]
+        note = f"({rate / base:.2f}x the raw psycopg loop; {per:.1f} appends per commit"
+        if mode == "concurrent":
+            note += f"; {rate / conc:.1f}x 32 connections"
+        line(f"PostgresLog, {label}", f"PostgresLog/{mode}", note + ")")
+    print("(3) FileLog on a temp dir, fsync on, for comparison")
+    for mode, label in (("sequential", "1 appender"), ("concurrent", f"{CONCURRENCY} appenders")):
+        rate, pg = med[f"FileLog/{mode}"], med[f"PostgresLog/{mode}"]
+        per = med[f"FileLog/{mode}/per-commit"]
+        line(f"FileLog, {label}", f"FileLog/{mode}",
+             f"(PostgresLog/FileLog {pg / rate:.2f}x; {per:.1f} appends per fsync)")  # fmt: skip
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:.0f}% faster" if ratio >= 1 else f"{(1 - ratio) * 100:.0f}% slower"
+
+
+async def _main(args: argparse.Namespace) -> None:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    with psycopg.connect(args.url, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('server_version')").fetchone()
+        server = row[0] if row else "?"
+    print(
+        f"PostgreSQL append benchmarks ({args.appends:,} records of ~{len(_lines(1)[0])} bytes "
+        f"per figure; PostgreSQL {server}; psycopg {psycopg.__version__} "
+        f"({psycopg.pq.__impl__}), asyncpg {asyncpg.__version__}; python "
+        f"{sys.version.split()[0]}; {os.cpu_count()} CPUs, load {load})"
+    )
+    table = RawTable(args.url)
+    base = Path(args.dir) if args.dir else REPO.parent / "tmp"
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-pg-", dir=base))
+    table.create()
+    figures: Figures = {}
+    try:
+        for r in range(args.rounds):
+            await _round(args, table, work, figures, r)
+    finally:
+        table.drop()
+        shutil.rmtree(work, ignore_errors=True)
+    _report(figures, args.rounds)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--url", default=os.environ.get("SNERD_BENCH_PG_URL", DEFAULT_URL),
+                   help="the server (default: $SNERD_BENCH_PG_URL or %(default)s)")  # fmt: skip
+    p.add_argument("--appends", type=int, default=2000, help="records per figure")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="300 records, one round")
+    p.add_argument("--dir", help="parent of FileLog's temp dir (default: <repo>/../tmp)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.appends, args.rounds = 300, 1
+    if args.appends < CONCURRENCY:
+        p.error(f"--appends must be at least {CONCURRENCY} (one per concurrent appender)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    asyncio.run(_main(_parse(argv)))
+
+
+if __name__ == "__main__":
+    main()
