@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -280,13 +281,15 @@ async def _round(args: argparse.Namespace, table: RawTable, work: Path, figures:
         table.clear()
         figures.setdefault(name, []).append(await run())
 
-    for driver, loop in (("psycopg", raw_psycopg), ("asyncpg", raw_asyncpg)):
-        order = (1, True), (BATCH, True), (1, False)
-        for batch, sync in order if r % 2 == 0 else reversed(order):
+    flip: Callable[[list[Any]], list[Any]] = (lambda xs: xs) if r % 2 == 0 else _reversed
+    for batch, sync in flip([(1, True), (BATCH, True), (1, False)]):
+        for driver, loop in flip([("psycopg", raw_psycopg), ("asyncpg", raw_asyncpg)]):
             await raw(f"{driver}/{batch}/{'on' if sync else 'off'}",
                       lambda lp=loop, b=batch, s=sync: lp(table, lines, b, s))  # fmt: skip
-    for driver, loop in (("psycopg", shaped_psycopg), ("asyncpg", shaped_asyncpg)):
-        await raw(f"{driver}/shaped", lambda lp=loop: lp(table, lines, 1, True))
+    for batch in flip([1, BATCH]):
+        for driver, loop in flip([("psycopg", shaped_psycopg), ("asyncpg", shaped_asyncpg)]):
+            run = lambda lp=loop, b=batch: lp(table, lines, b, True)  # noqa: E731
+            await raw(f"{driver}/shaped/{batch}", run)
     await raw("psycopg/32 connections", lambda: raw_concurrent(table, lines))
 
     for mode, bench in (("sequential", log_sequential), ("concurrent", log_concurrent)):
@@ -304,6 +307,10 @@ async def _round(args: argparse.Namespace, table: RawTable, work: Path, figures:
         figures.setdefault(f"FileLog/{mode}/per-commit", []).append(n / max(commits, 1))
 
 
+def _reversed(xs: list[Any]) -> list[Any]:
+    return xs[::-1]
+
+
 def _report(figures: Figures, rounds: int) -> None:
     med = {k: statistics.median(v) for k, v in figures.items()}
 
@@ -318,11 +325,14 @@ def _report(figures: Figures, rounds: int) -> None:
         line(f"psycopg 3, {what}", f"psycopg/{batch}/{sync}", "(1.00x)")
         line(f"asyncpg,   {what}", f"asyncpg/{batch}/{sync}",
              f"({ap / ps:.2f}x psycopg: asyncpg {_pct(ap / ps)})")  # fmt: skip
-    ps, ap = med["psycopg/shaped"], med["asyncpg/shaped"]
-    what = "PostgresLog's txn (pipelined: 2 round trips)"
-    line(f"psycopg 3, {what}", "psycopg/shaped", "(1.00x)")
-    line("asyncpg,   the same txn (no pipeline: 6 round trips)", "asyncpg/shaped",
-         f"({ap / ps:.2f}x psycopg: asyncpg {_pct(ap / ps)})")  # fmt: skip
+    print("    PostgresLog's transaction, statement for statement, synchronous_commit on:")
+    print("    psycopg pipelines it (2 round trips), asyncpg cannot (6 round trips)")
+    for batch in (1, BATCH):
+        ps, ap = med[f"psycopg/shaped/{batch}"], med[f"asyncpg/shaped/{batch}"]
+        what = f"{batch} record{'s' if batch > 1 else ''}/txn, lock+read+INSERT+NOTIFY"
+        line(f"psycopg 3, {what}", f"psycopg/shaped/{batch}", "(1.00x)")
+        line(f"asyncpg,   {what}", f"asyncpg/shaped/{batch}",
+             f"({ap / ps:.2f}x psycopg: asyncpg {_pct(ap / ps)})")  # fmt: skip
     base = med["psycopg/1/on"]
     conc = med["psycopg/32 connections"]
     line("psycopg 3, 32 connections, INSERT+COMMIT", "psycopg/32 connections",
