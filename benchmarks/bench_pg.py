@@ -56,6 +56,9 @@ DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 CONCURRENCY = 32
 BATCH = 32
 NOTIFY_CHANNEL = "bench_pg"
+WARMUP = 8
+"""Untimed transactions first on every connection (psycopg prepares a statement on its
+5th execution; asyncpg at once, and it looks up the ``bytea[]`` type on first use)."""
 LOG_TABLES = ("archive_log", "archives", "log", "daemons", "queues")
 
 # ------------------------------------------------------------ (1) the raw loop
@@ -100,44 +103,66 @@ class RawTable:
             conn.execute(f"DROP TABLE IF EXISTS {self.name}")
 
 
+Txn = Callable[[str, int, list[bytes]], Awaitable[None]]
+"""One transaction appending ``lines`` to ``queue`` at positions after ``pos``."""
+
+
+async def _timed(txn: Txn, table: RawTable, lines: list[bytes], batch: int) -> float:
+    """Records/s of ``txn`` over ``lines`` in transactions of ``batch``, after WARMUP
+    untimed ones (each driver's statements prepared, its type lookups done)."""
+    chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
+    for i in range(WARMUP):
+        await txn("warmup", i * batch, chunks[0])
+    pos = 0
+    t0 = time.perf_counter()
+    for chunk in chunks:
+        await txn(table.queue, pos, chunk)
+        pos += len(chunk)
+    return len(lines) / (time.perf_counter() - t0)
+
+
+async def _psycopg(table: RawTable, sync: bool) -> psycopg.AsyncConnection[tuple[Any, ...]]:
+    conn = await psycopg.AsyncConnection.connect(table.url, autocommit=True)
+    if not sync:
+        await conn.execute("SET synchronous_commit = off")
+    return conn
+
+
+async def _asyncpg(table: RawTable, sync: bool) -> asyncpg.Connection:
+    conn = await asyncpg.connect(table.url)
+    if not sync:
+        await conn.execute("SET synchronous_commit = off")
+    return conn
+
+
 async def raw_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
     """Records/s of the raw loop on one psycopg 3 async connection."""
-    conn = await psycopg.AsyncConnection.connect(table.url, autocommit=True)
+    conn = await _psycopg(table, sync)
+    lock, insert, key = "SELECT pg_advisory_xact_lock(%s)", table.insert_psycopg, table.key
+
+    async def txn(queue: str, pos: int, chunk: list[bytes]) -> None:
+        async with conn.transaction():  # BEGIN ... COMMIT
+            await conn.execute(lock, (key,), binary=True)
+            await conn.execute(insert, (queue, pos, chunk), binary=True)
+
     try:
-        if not sync:
-            await conn.execute("SET synchronous_commit = off")
-        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
-        lock, insert, key, queue = "SELECT pg_advisory_xact_lock(%s)", table.insert_psycopg, \
-            table.key, table.queue  # fmt: skip
-        pos = 0
-        t0 = time.perf_counter()
-        for chunk in chunks:
-            async with conn.transaction():  # BEGIN ... COMMIT
-                await conn.execute(lock, (key,), binary=True)
-                await conn.execute(insert, (queue, pos, chunk), binary=True)
-            pos += len(chunk)
-        return len(lines) / (time.perf_counter() - t0)
+        return await _timed(txn, table, lines, batch)
     finally:
         await conn.close()
 
 
 async def raw_asyncpg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
     """Records/s of the same loop on one asyncpg connection."""
-    conn = await asyncpg.connect(table.url)
+    conn = await _asyncpg(table, sync)
+    lock, insert, key = "SELECT pg_advisory_xact_lock($1)", table.insert_asyncpg, table.key
+
+    async def txn(queue: str, pos: int, chunk: list[bytes]) -> None:
+        async with conn.transaction():  # BEGIN ... COMMIT
+            await conn.execute(lock, key)
+            await conn.execute(insert, queue, pos, chunk)
+
     try:
-        if not sync:
-            await conn.execute("SET synchronous_commit = off")
-        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
-        lock, insert, key, queue = "SELECT pg_advisory_xact_lock($1)", table.insert_asyncpg, \
-            table.key, table.queue  # fmt: skip
-        pos = 0
-        t0 = time.perf_counter()
-        for chunk in chunks:
-            async with conn.transaction():  # BEGIN ... COMMIT
-                await conn.execute(lock, key)
-                await conn.execute(insert, queue, pos, chunk)
-            pos += len(chunk)
-        return len(lines) / (time.perf_counter() - t0)
+        return await _timed(txn, table, lines, batch)
     finally:
         await conn.close()
 
@@ -146,26 +171,22 @@ async def shaped_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: 
     """Records/s of PostgresLog's transaction, statement for statement, on psycopg 3: a
     pipeline of BEGIN, the lock and the catch-up read, then one of INSERT, NOTIFY and
     COMMIT (two round trips; ``sync`` and ``batch`` as in :func:`raw_psycopg`)."""
-    conn = await psycopg.AsyncConnection.connect(table.url, autocommit=True)
+    conn = await _psycopg(table, sync)
+
+    async def txn(queue: str, pos: int, chunk: list[bytes]) -> None:
+        async with conn.pipeline():
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (table.key,))
+            cur = await conn.cursor(binary=True).execute(table.read_psycopg, (queue, pos))
+        if await cur.fetchall():
+            raise AssertionError("the catch-up read found lines: another writer?")
+        async with conn.pipeline():
+            await conn.execute(table.insert_psycopg, (queue, pos, chunk), binary=True)
+            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, queue))
+            await conn.execute("COMMIT")
+
     try:
-        if not sync:
-            await conn.execute("SET synchronous_commit = off")
-        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
-        pos = 0
-        t0 = time.perf_counter()
-        for chunk in chunks:
-            async with conn.pipeline():
-                await conn.execute("BEGIN")
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (table.key,))
-                cur = await conn.cursor(binary=True).execute(table.read_psycopg,
-                                                             (table.queue, pos))  # fmt: skip
-            assert not await cur.fetchall()
-            async with conn.pipeline():
-                await conn.execute(table.insert_psycopg, (table.queue, pos, chunk), binary=True)
-                await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, table.queue))
-                await conn.execute("COMMIT")
-            pos += len(chunk)
-        return len(lines) / (time.perf_counter() - t0)
+        return await _timed(txn, table, lines, batch)
     finally:
         await conn.close()
 
@@ -173,21 +194,18 @@ async def shaped_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: 
 async def shaped_asyncpg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
     """The same transaction on asyncpg, which has no pipeline for a mix of statements:
     one round trip per statement (BEGIN, lock, read, INSERT, NOTIFY, COMMIT)."""
-    conn = await asyncpg.connect(table.url)
+    conn = await _asyncpg(table, sync)
+
+    async def txn(queue: str, pos: int, chunk: list[bytes]) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", table.key)
+            if await conn.fetch(table.read_asyncpg, queue, pos):
+                raise AssertionError("the catch-up read found lines: another writer?")
+            await conn.execute(table.insert_asyncpg, queue, pos, chunk)
+            await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, queue)
+
     try:
-        if not sync:
-            await conn.execute("SET synchronous_commit = off")
-        chunks = [lines[i : i + batch] for i in range(0, len(lines), batch)]
-        pos = 0
-        t0 = time.perf_counter()
-        for chunk in chunks:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", table.key)
-                assert not await conn.fetch(table.read_asyncpg, table.queue, pos)
-                await conn.execute(table.insert_asyncpg, table.queue, pos, chunk)
-                await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, table.queue)
-            pos += len(chunk)
-        return len(lines) / (time.perf_counter() - t0)
+        return await _timed(txn, table, lines, batch)
     finally:
         await conn.close()
 
@@ -289,7 +307,7 @@ async def _round(args: argparse.Namespace, table: RawTable, work: Path, figures:
     for batch in flip([1, BATCH]):
         for driver, loop in flip([("psycopg", shaped_psycopg), ("asyncpg", shaped_asyncpg)]):
             run = lambda lp=loop, b=batch: lp(table, lines, b, True)  # noqa: E731
-            await raw(f"{driver}/shaped/{batch}", run)
+            await raw(f"{driver}/{batch}/shaped", run)
     await raw("psycopg/32 connections", lambda: raw_concurrent(table, lines))
 
     for mode, bench in (("sequential", log_sequential), ("concurrent", log_concurrent)):
@@ -312,45 +330,58 @@ def _reversed(xs: list[Any]) -> list[Any]:
 
 
 def _report(figures: Figures, rounds: int) -> None:
+    """Rates are medians over the rounds; ratios are medians of the per-round ratios
+    (each round runs both sides back to back), with their spread in brackets."""
     med = {k: statistics.median(v) for k, v in figures.items()}
 
     def line(label: str, key: str, note: str = "") -> None:
         span = f"{min(figures[key]):,.0f}..{max(figures[key]):,.0f}"
-        print(f"  {label:<52}: {med[key]:9,.0f} records/s  {note}  [{span}]")
+        print(f"  {label:<52}: {med[key]:9,.0f} records/s  [{span}]  {note}")
 
-    print(f"(1) raw append loop, median of {rounds} (BEGIN; advisory xact lock; INSERT; COMMIT)")
-    for batch, sync in ((1, "on"), (BATCH, "on"), (1, "off")):
-        ps, ap = med[f"psycopg/{batch}/{sync}"], med[f"asyncpg/{batch}/{sync}"]
-        what = f"{batch} record{'s' if batch > 1 else ''}/txn, synchronous_commit {sync}"
-        line(f"psycopg 3, {what}", f"psycopg/{batch}/{sync}", "(1.00x)")
-        line(f"asyncpg,   {what}", f"asyncpg/{batch}/{sync}",
-             f"({ap / ps:.2f}x psycopg: asyncpg {_pct(ap / ps)})")  # fmt: skip
-    print("    PostgresLog's transaction, statement for statement, synchronous_commit on:")
-    print("    psycopg pipelines it (2 round trips), asyncpg cannot (6 round trips)")
+    def ratio(num: str, den: str, what: str) -> str:
+        rs = [a / b for a, b in zip(figures[num], figures[den], strict=True)]
+        r = statistics.median(rs)
+        spread = f" [{min(rs):.2f}..{max(rs):.2f}]" if len(rs) > 1 else ""
+        return f"{r:.2f}x {what}{spread}"
+
+    def versus(batch: int, kind: str) -> None:
+        records = f"{batch} record{'s' if batch > 1 else ''}/txn"
+        what = {"on": f"{records}, synchronous_commit on", "off": f"{records}, sync commit off",
+                "shaped": f"{records}, PostgresLog's statements"}[kind]  # fmt: skip
+        ps, ap = (f"{driver}/{batch}/{kind}" for driver in ("psycopg", "asyncpg"))
+        line(f"psycopg 3, {what}", ps, "(1.00x)")
+        rs = [a / b for a, b in zip(figures[ap], figures[ps], strict=True)]
+        line(f"asyncpg,   {what}", ap,
+             f"({ratio(ap, ps, 'psycopg')}: asyncpg {_pct(statistics.median(rs))})")  # fmt: skip
+
+    print(f"(1) raw append loop (BEGIN; advisory xact lock; INSERT; COMMIT), median of {rounds}")
+    for batch, kind in ((1, "on"), (BATCH, "on"), (1, "off")):
+        versus(batch, kind)
+    print("    PostgresLog's transaction statement for statement (BEGIN; lock; catch-up read;")
+    print("    INSERT; NOTIFY; COMMIT), synchronous_commit on: psycopg pipelines it in 2 round")
+    print("    trips as PostgresLog does; asyncpg has no pipeline for it: 6 round trips")
     for batch in (1, BATCH):
-        ps, ap = med[f"psycopg/shaped/{batch}"], med[f"asyncpg/shaped/{batch}"]
-        what = f"{batch} record{'s' if batch > 1 else ''}/txn, lock+read+INSERT+NOTIFY"
-        line(f"psycopg 3, {what}", f"psycopg/shaped/{batch}", "(1.00x)")
-        line(f"asyncpg,   {what}", f"asyncpg/shaped/{batch}",
-             f"({ap / ps:.2f}x psycopg: asyncpg {_pct(ap / ps)})")  # fmt: skip
-    base = med["psycopg/1/on"]
-    conc = med["psycopg/32 connections"]
-    line("psycopg 3, 32 connections, INSERT+COMMIT", "psycopg/32 connections",
-         f"({conc / base:.2f}x the one-connection loop)")  # fmt: skip
+        versus(batch, "shaped")
+    conc = ratio("psycopg/32 connections", "psycopg/1/on", "the one-connection loop")
+    line("psycopg 3, 32 connections, INSERT+COMMIT each", "psycopg/32 connections", f"({conc})")
     print("(2) PostgresLog (psycopg 3), durable appends of one record")
-    for mode, label in (("sequential", "1 appender"), ("concurrent", f"{CONCURRENCY} appenders")):
-        rate = med[f"PostgresLog/{mode}"]
-        per = med[f"PostgresLog/{mode}/per-commit"]
-        note = f"({rate / base:.2f}x the raw psycopg loop; {per:.1f} appends per commit"
+    for mode, label, shaped in (("sequential", "1 appender", 1),
+                                ("concurrent", f"{CONCURRENCY} appenders", BATCH)):  # fmt: skip
+        key = f"PostgresLog/{mode}"
+        notes = [
+            ratio(key, "psycopg/1/on", "the raw psycopg loop"),
+            ratio(key, f"psycopg/{shaped}/shaped", f"its own statements bare ({shaped}/txn)"),
+        ]
         if mode == "concurrent":
-            note += f"; {rate / conc:.1f}x 32 connections"
-        line(f"PostgresLog, {label}", f"PostgresLog/{mode}", note + ")")
+            notes.append(ratio(key, "psycopg/32 connections", "32 connections"))
+        notes.append(f"{med[key + '/per-commit']:.1f} appends per commit")
+        line(f"PostgresLog, {label}", key, "(" + "; ".join(notes) + ")")
     print("(3) FileLog on a temp dir, fsync on, for comparison")
     for mode, label in (("sequential", "1 appender"), ("concurrent", f"{CONCURRENCY} appenders")):
-        rate, pg = med[f"FileLog/{mode}"], med[f"PostgresLog/{mode}"]
-        per = med[f"FileLog/{mode}/per-commit"]
-        line(f"FileLog, {label}", f"FileLog/{mode}",
-             f"(PostgresLog/FileLog {pg / rate:.2f}x; {per:.1f} appends per fsync)")  # fmt: skip
+        key = f"FileLog/{mode}"
+        pg = ratio(f"PostgresLog/{mode}", key, "= PostgresLog / FileLog")
+        line(f"FileLog, {label}", key,
+             f"({pg}; {med[key + '/per-commit']:.1f} appends per fsync)")  # fmt: skip
 
 
 def _pct(ratio: float) -> str:
