@@ -7,7 +7,11 @@
     ``synchronous_commit`` on, with psycopg 3 (async, its C "binary" implementation)
     and with asyncpg: the same statements, one round trip each, in both. Then the same
     with 32 records per transaction, and, to expose the drivers' own cost, one record
-    per transaction with ``synchronous_commit`` off. Records/s and asyncpg/psycopg.
+    per transaction with ``synchronous_commit`` off. Then PostgresLog's own transaction
+    statement for statement (lock, catch-up read, INSERT, NOTIFY; psycopg pipelined as
+    PostgresLog does it), 1 and 32 records. Records/s and asyncpg/psycopg; where an
+    array of lines is sent, also psycopg with it as ``%b`` (binary): PostgresLog's
+    ``%s`` sends a list of bytes as a hex-encoded text array.
 (2) ``PostgresLog`` itself (``eventlog/postgres/``, psycopg 3): sequential durable
     ``append`` of one record, and 32 concurrent appenders (group commit), against the
     raw psycopg loop of (1) as baseline; the 32 appenders also against the baseline
@@ -35,6 +39,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +87,9 @@ class RawTable:
             " SELECT {q}, {p} + t.n, t.line FROM unnest({a}::bytea[]) WITH ORDINALITY AS t(line, n)"
         )  # the statement PostgresLog runs (sql.INSERT), one line or a batch alike
         self.insert_psycopg = insert.format(q="%s", p="%s", a="%s")
+        self.insert_psycopg_b = insert.format(q="%s", p="%s", a="%b")
+        """``%b``: the array sent in binary; ``%s`` (as PostgresLog has it) sends a list
+        of bytes as a text array, hex-encoded."""
         self.insert_asyncpg = insert.format(q="$1", p="$2::bigint", a="$3")
         read = f"SELECT pos, line FROM {self.name} WHERE queue = {{q}} AND pos > {{p}} ORDER BY pos"
         self.read_psycopg = read.format(q="%s", p="%s")  # the catch-up read (none are new)
@@ -135,10 +143,13 @@ async def _asyncpg(table: RawTable, sync: bool) -> asyncpg.Connection:
     return conn
 
 
-async def raw_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
-    """Records/s of the raw loop on one psycopg 3 async connection."""
+async def raw_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: bool,
+                      array_b: bool = False) -> float:  # fmt: skip
+    """Records/s of the raw loop on one psycopg 3 async connection (``array_b``: the
+    lines' array passed with ``%b``)."""
     conn = await _psycopg(table, sync)
-    lock, insert, key = "SELECT pg_advisory_xact_lock(%s)", table.insert_psycopg, table.key
+    lock, key = "SELECT pg_advisory_xact_lock(%s)", table.key
+    insert = table.insert_psycopg_b if array_b else table.insert_psycopg
 
     async def txn(queue: str, pos: int, chunk: list[bytes]) -> None:
         async with conn.transaction():  # BEGIN ... COMMIT
@@ -167,11 +178,13 @@ async def raw_asyncpg(table: RawTable, lines: list[bytes], batch: int, sync: boo
         await conn.close()
 
 
-async def shaped_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: bool) -> float:
+async def shaped_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: bool,
+                         array_b: bool = False) -> float:  # fmt: skip
     """Records/s of PostgresLog's transaction, statement for statement, on psycopg 3: a
     pipeline of BEGIN, the lock and the catch-up read, then one of INSERT, NOTIFY and
-    COMMIT (two round trips; ``sync`` and ``batch`` as in :func:`raw_psycopg`)."""
+    COMMIT (two round trips; the rest as in :func:`raw_psycopg`)."""
     conn = await _psycopg(table, sync)
+    insert = table.insert_psycopg_b if array_b else table.insert_psycopg
 
     async def txn(queue: str, pos: int, chunk: list[bytes]) -> None:
         async with conn.pipeline():
@@ -181,7 +194,7 @@ async def shaped_psycopg(table: RawTable, lines: list[bytes], batch: int, sync: 
         if await cur.fetchall():
             raise AssertionError("the catch-up read found lines: another writer?")
         async with conn.pipeline():
-            await conn.execute(table.insert_psycopg, (queue, pos, chunk), binary=True)
+            await conn.execute(insert, (queue, pos, chunk), binary=True)
             await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, queue))
             await conn.execute("COMMIT")
 
@@ -287,6 +300,7 @@ def drop_queue(url: str, queue: str) -> None:
 # -------------------------------------------------------------------- report
 
 Figures = dict[str, list[float]]
+Loop = Callable[[RawTable, list[bytes], int, bool], Awaitable[float]]
 
 
 async def _round(args: argparse.Namespace, table: RawTable, work: Path, figures: Figures,
@@ -301,11 +315,11 @@ async def _round(args: argparse.Namespace, table: RawTable, work: Path, figures:
 
     flip: Callable[[list[Any]], list[Any]] = (lambda xs: xs) if r % 2 == 0 else _reversed
     for batch, sync in flip([(1, True), (BATCH, True), (1, False)]):
-        for driver, loop in flip([("psycopg", raw_psycopg), ("asyncpg", raw_asyncpg)]):
+        for driver, loop in flip(_drivers(raw_psycopg, raw_asyncpg, batch)):
             await raw(f"{driver}/{batch}/{'on' if sync else 'off'}",
                       lambda lp=loop, b=batch, s=sync: lp(table, lines, b, s))  # fmt: skip
     for batch in flip([1, BATCH]):
-        for driver, loop in flip([("psycopg", shaped_psycopg), ("asyncpg", shaped_asyncpg)]):
+        for driver, loop in flip(_drivers(shaped_psycopg, shaped_asyncpg, batch)):
             run = lambda lp=loop, b=batch: lp(table, lines, b, True)  # noqa: E731
             await raw(f"{driver}/{batch}/shaped", run)
     await raw("psycopg/32 connections", lambda: raw_concurrent(table, lines))
@@ -323,6 +337,14 @@ async def _round(args: argparse.Namespace, table: RawTable, work: Path, figures:
         rate, commits = await bench(FileLog(storage, fsync=True, follow=False), n)
         figures.setdefault(f"FileLog/{mode}", []).append(rate)
         figures.setdefault(f"FileLog/{mode}/per-commit", []).append(n / max(commits, 1))
+
+
+def _drivers(psycopg_loop: Loop, asyncpg_loop: Loop, batch: int) -> list[tuple[str, Loop]]:
+    """The variants of a loop: both drivers, and psycopg with ``%b`` when an array is sent."""
+    loops = [("psycopg", psycopg_loop), ("asyncpg", asyncpg_loop)]
+    if batch > 1:
+        loops.append(("psycopg%b", partial(psycopg_loop, array_b=True)))
+    return loops
 
 
 def _reversed(xs: list[Any]) -> list[Any]:
@@ -353,6 +375,10 @@ def _report(figures: Figures, rounds: int) -> None:
         rs = [a / b for a, b in zip(figures[ap], figures[ps], strict=True)]
         line(f"asyncpg,   {what}", ap,
              f"({ratio(ap, ps, 'psycopg')}: asyncpg {_pct(statistics.median(rs))})")  # fmt: skip
+        if batch > 1:
+            pb = f"psycopg%b/{batch}/{kind}"
+            line("  psycopg 3, the lines' array as %b (binary)", pb,
+                 f"({ratio(pb, ps, 'psycopg')}; {ratio(ap, pb, 'asyncpg / this')})")  # fmt: skip
 
     print(f"(1) raw append loop (BEGIN; advisory xact lock; INSERT; COMMIT), median of {rounds}")
     for batch, kind in ((1, "on"), (BATCH, "on"), (1, "off")):
