@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from snerd.projections import events as ev
-from snerd.projections.counters import CounterKey, Hist, HistKey, merged, observed
+from snerd.projections.counters import CounterKey, Hist, HistKey, Tally
 from snerd.projections.events import DeadLettered, Event, StateLine, TaskStateEvent, decode
 from snerd.projections.evolve import step_all, tally
 from snerd.projections.rates import extend_window
@@ -89,7 +89,7 @@ class BulkFolder:
         self.last_seq = 0
         self.invalid = 0
         self.counters: dict[CounterKey, int] = {}
-        self.histograms: dict[HistKey, Hist] = {}
+        self.histograms: dict[HistKey, Tally] = {}  # added up in place, frozen by finish
         self.on_count = on_count
 
     def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
@@ -104,7 +104,8 @@ class BulkFolder:
         windows = {g: self._trimmed(t) for g, t in self.windows.items()}
         return from_tables(
             tasks, dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid,
-            counters=self.counters, histograms=self.histograms,
+            counters=self.counters,
+            histograms={key: tally.frozen() for key, tally in self.histograms.items()},
         )
 
     # --- Tables (what evolve's rules call) ------------------------------------------
@@ -115,9 +116,10 @@ class BulkFolder:
     def count(self, metric: str, event: Event) -> None:
         task_id = getattr(event, "task_id", None)
         key, seen = tally(metric, event, self.live.get(task_id) if task_id else None)
-        self.counters[key] = self.counters.get(key, 0) + 1
+        counters = self.counters
+        counters[key] = counters.get(key, 0) + 1
         if seen is not None:
-            self.histograms[seen[0]] = observed(self.histograms.get(seen[0]), seen[1])
+            self._hist(seen[0]).observe(seen[1])
         if self.on_count is not None:
             self.on_count(metric, event)
 
@@ -126,7 +128,13 @@ class BulkFolder:
         for key, n in counts.items():
             self.counters[key] = self.counters.get(key, 0) + n
         for hkey, hist in histograms.items():
-            self.histograms[hkey] = merged(self.histograms.get(hkey), hist)
+            self._hist(hkey).add(hist)
+
+    def _hist(self, key: HistKey) -> Tally:
+        found = self.histograms.get(key)
+        if found is None:
+            found = self.histograms[key] = Tally()
+        return found
 
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
         self.live[event.task_id] = _Live(event, self.n, attempt)

@@ -31,9 +31,9 @@ from pyrsistent.typing import PMap as PMapT
 from pyrsistent.typing import PSet as PSetT
 
 from snerd.projections import heap
-from snerd.projections.cells import MapCell
 from snerd.projections.counters import CounterKey, Hist, HistKey
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
+from snerd.projections.pmaps import assoc, get
 from snerd.projections.rules import phase_for
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
 
@@ -101,11 +101,11 @@ def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
     if timers is None or heap.top(timers)[0] > now:  # nothing due (the common case)
         return state, NO_CHANGE
     tasks = state.tasks
-    lanes = MapCell(state.lanes)
+    lanes = state.lanes
     delta = DeltaBuilder()
     while timers is not None:
         due, order, task_id = heap.top(timers)
-        task = tasks.get(task_id)
+        task = get(tasks, task_id)
         if task is None or task.phase != DELAYED or task.order != order:
             timers = heap.pop(timers)  # stale entry
             continue
@@ -113,12 +113,13 @@ def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
             break
         timers = heap.pop(timers)
         task = _with_phase(task, READY)
-        tasks = tasks.set(task_id, task)
-        lanes[task.lane] = heap.push(lanes.get(task.lane), lane_key(task))
+        tasks = assoc(tasks, task_id, task)
+        lane = task.lane
+        lanes = assoc(lanes, lane, heap.push(get(lanes, lane), lane_key(task)))
         delta.ready.append(task_id)
     if not delta:
         return state, NO_CHANGE
-    new = _replace(state, tasks=tasks, timers=timers, lanes=lanes.persistent())
+    new = _replace(state, tasks=tasks, timers=timers, lanes=lanes)
     return new, delta.freeze()
 
 
