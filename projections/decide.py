@@ -35,7 +35,7 @@ from snerd.projections.events import Event, decode
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState, advance
-from snerd.projections.task import Task, task_to_record
+from snerd.projections.task import Task, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -211,7 +211,8 @@ def succeed(task: Task, *, now: float, daemon: str, result: Any = None) -> list[
     if cron is not None:
         return [_next_occurrence(task, cron, now, daemon, **extra)]
     # SnerdMQ's readers count a tombstone that still carries an error as a failure.
-    return [full_state(ev.SUCCEEDED, replace(task, last_error=None), now, daemon, **extra)]
+    ended = task if task.last_error is None else with_(task, last_error=None)
+    return [full_state(ev.SUCCEEDED, ended, now, daemon, **extra)]
 
 
 def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str, **extra: Any) -> Record:
@@ -233,7 +234,7 @@ def fail(
         reason = ev.REASON_PERMANENT
     elif task.retry_count < task.max_retries:
         delay = retry_delay(task, jitter)
-        retried = replace(
+        retried = with_(
             task,
             retry_count=task.retry_count + 1,
             retry_after_time=now + delay if delay > 0 else None,
