@@ -58,9 +58,9 @@ from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane,
 class Folder:
     """Applies records to a :class:`QueueState` and collects the :class:`Delta`."""
 
-    __slots__ = ("by_daemon", "counters", "delta", "dirty", "dlq", "doomed", "fingerprints",
-                 "histograms", "invalid", "lanes", "last_seq", "n", "refs", "tasks", "timers",
-                 "windows")  # fmt: skip
+    __slots__ = ("any_doomed", "by_daemon", "counters", "delta", "dirty", "dlq", "doomed",
+                 "fingerprints", "histograms", "invalid", "lanes", "last_seq", "n", "refs",
+                 "tasks", "timers", "windows")  # fmt: skip
 
     def __init__(self, state: QueueState) -> None:
         self.tasks: PMap[str, Task] = state.tasks
@@ -78,6 +78,7 @@ class Folder:
         self.last_seq = state.last_seq
         self.invalid = state.invalid
         self.delta = DeltaBuilder()
+        self.any_doomed = len(state.doomed) > 0  # skips the doomed set when it is empty
         self.dirty: list[Lane] = []  # lanes whose top may have gone stale in this fold
 
     # --- feeding ----------------------------------------------------------------------
@@ -219,8 +220,9 @@ class Folder:
         if doomed:
             if not set_has(self.doomed, task.id):
                 self.doomed = set_add(self.doomed, task.id)
+                self.any_doomed = True
                 self.delta.doomed.append(task.id)
-        elif self.doomed:
+        elif self.any_doomed:
             self.doomed = set_discard(self.doomed, task.id)
         return task if task.phase == phase else with_(task, phase=phase)
 
@@ -253,7 +255,7 @@ class Folder:
         fingerprint = task.fingerprint
         if fingerprint:
             self.fingerprints = _without(self.fingerprints, fingerprint, task_id)
-        if self.doomed:
+        if self.any_doomed:
             self.doomed = set_discard(self.doomed, task_id)
 
     def _touch_children(self, parent_id: str) -> None:

@@ -275,48 +275,59 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
     created = task.created_at
     executes = task.execute_at if task.execute_at is not None else created
     retries = task.retry_after_time if task.retry_after_time is not None else created
-    record: dict[str, Any] = dict(task.extra)
-    record.update(
-        {
-            ev.F_TASK_ID: task.id,
-            ev.F_TASK_TYPE: task.type,
-            ev.F_TASK_DATA: task.data,
-            ev.F_RETRY_COUNT: task.retry_count,
-            ev.F_MAX_RETRIES: task.max_retries,
-            ev.F_RETRY_AFTER_HOURS: task.retry_after_hours,
-            ev.F_RETRY_AFTER_TIME: _fmt(retries),
-            ev.F_EXECUTE_AT: _fmt(executes),
-            ev.F_DELETED_AT: _fmt(deleted_at),
-            ev.F_URGENCY: task.urgency,
-        }
-    )
-    _put(record, ev.F_RATE_GROUP, task.rate_group)
-    _put(record, ev.F_MAX_PER_MINUTE, task.max_per_minute)
+    core = {
+        ev.F_TASK_ID: task.id,
+        ev.F_TASK_TYPE: task.type,
+        ev.F_TASK_DATA: task.data,
+        ev.F_RETRY_COUNT: task.retry_count,
+        ev.F_MAX_RETRIES: task.max_retries,
+        ev.F_RETRY_AFTER_HOURS: task.retry_after_hours,
+        ev.F_RETRY_AFTER_TIME: None if retries is None else _format_cached(retries),
+        ev.F_EXECUTE_AT: None if executes is None else _format_cached(executes),
+        ev.F_DELETED_AT: None if deleted_at is None else _format_cached(deleted_at),
+        ev.F_URGENCY: task.urgency,
+    }
+    record: dict[str, Any]
+    if task.extra:  # fields we do not know come first, as they were read
+        record = dict(task.extra)
+        record.update(core)
+    else:
+        record = core
+    # The optional fields (``_put``'s rule: absent when None, empty or False), inline:
+    # every enqueue and outcome writes one of these records.
+    if task.rate_group is not None:
+        record[ev.F_RATE_GROUP] = task.rate_group
+    if task.max_per_minute is not None:
+        record[ev.F_MAX_PER_MINUTE] = task.max_per_minute
     _put(record, ev.F_AUTO_DEDUPE, task.auto_dedupe)
-    _put(record, ev.F_FINGERPRINT, task.fingerprint)
+    if task.fingerprint is not None:
+        record[ev.F_FINGERPRINT] = task.fingerprint
     if task.cron is not None:
         readable = snerdmq_cron(task.cron)
         if readable is None:
             record[ev.F_CRON] = task.cron
         else:  # SnerdMQ's form where it reads it; ours as given beside it
             record[ev.F_CRON], record[ev.F_CRON_TEXT] = readable, task.cron
-    _put(record, ev.F_WEBHOOK_URL, task.webhook_url)
+    if task.webhook_url is not None:
+        record[ev.F_WEBHOOK_URL] = task.webhook_url
     limit = task.max_execution_seconds
     if limit is not None:
         whole = float(limit).is_integer()
         record[ev.F_MAX_EXECUTION_SECONDS] = int(limit) if whole else math.ceil(limit)
         if not whole:
             record[ev.F_MAX_EXECUTION_EXACT] = limit
-    _put(record, ev.F_POOL, task.pool)
-    _put(record, ev.F_TRIGGER_AFTER_IDS, task.parents)
+    if task.pool is not None:
+        record[ev.F_POOL] = task.pool
+    if task.parents:
+        _put(record, ev.F_TRIGGER_AFTER_IDS, task.parents)
     if task.last_error is not None:
         record[ev.F_LAST_ERROR] = {"error": task.last_error, "retry_worthy": True}
         record[ev.F_LAST_ERROR_TEXT] = task.last_error
-    _put(record, ev.F_CREATED_AT, _fmt(task.created_at))
-    _put(record, ev.F_RETRY_BACKOFF, task.retry_backoff)
-    _put(record, ev.F_RETRY_MAX_DELAY, task.retry_max_delay)
+    if created is not None:
+        record[ev.F_CREATED_AT] = _format_cached(created)
+    if task.retry_backoff is not None:
+        record[ev.F_RETRY_BACKOFF] = task.retry_backoff
+    if task.retry_max_delay is not None:
+        record[ev.F_RETRY_MAX_DELAY] = task.retry_max_delay
     return record
 
-
-def _fmt(instant: float | None) -> str | None:
-    return None if instant is None else _format_cached(instant)
