@@ -112,19 +112,26 @@ def tally(
     """The (metric, task type) a counted event bumps, and the duration it observes if
     any: a claim's ``waited`` (latency), an outcome's time since its claim (run time).
     ``entry`` is the live task as it was before the event's rule changed it."""
-    kind = event.record.get(ev.F_TASK_TYPE)
+    record = event.record
+    kind = record.get(_F_TASK_TYPE)
     if type(kind) is not str:
         if type(event) is Deduplicated:
             kind = event.task_type
         else:
             kind = entry.task_type if entry is not None else ""
-    if metric == STARTED and type(event) is Claimed and event.waited is not None:
-        return (metric, kind), ((LATENCY, kind), event.waited)
-    if metric in (COMPLETED, FAILED_ATTEMPTS) and entry is not None and entry.claim is not None:
-        at = ev.record_time(event.record)
+    if metric == STARTED:
+        if type(event) is Claimed and event.waited is not None:
+            return (metric, kind), ((LATENCY, kind), event.waited)
+    elif metric in _OUTCOMES and entry is not None and entry.claim is not None:
+        at = _record_time(record)
         if at is not None:
             return (metric, kind), ((RUN_TIME, kind), at - entry.claim.at)
     return (metric, kind), None
+
+
+_F_TASK_TYPE: Final = ev.F_TASK_TYPE
+_OUTCOMES: Final = frozenset((COMPLETED, FAILED_ATTEMPTS))
+_record_time: Final = ev.record_time
 
 
 # --- the rules --------------------------------------------------------------------------

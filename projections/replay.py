@@ -105,7 +105,7 @@ class BulkFolder:
         return from_tables(
             tasks, dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid,
             counters=self.counters,
-            histograms={key: tally.frozen() for key, tally in self.histograms.items()},
+            histograms={key: acc.frozen() for key, acc in self.histograms.items()},
         )
 
     # --- Tables (what evolve's rules call) ------------------------------------------
@@ -114,8 +114,7 @@ class BulkFolder:
         return self.live.get(task_id)
 
     def count(self, metric: str, event: Event) -> None:
-        task_id = getattr(event, "task_id", None)
-        key, seen = tally(metric, event, self.live.get(task_id) if task_id else None)
+        key, seen = tally(metric, event, self.live.get(getattr(event, "task_id", "")))
         counters = self.counters
         counters[key] = counters.get(key, 0) + 1
         if seen is not None:
