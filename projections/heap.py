@@ -16,23 +16,29 @@ from typing import Any
 Heap = tuple[int, Any, Any, Any] | None
 
 
-def _rank(heap: Heap) -> int:
-    return 0 if heap is None else heap[0]
-
-
 def merge(a: Heap, b: Heap) -> Heap:
-    """The union of two heaps."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    if b[1] < a[1]:
-        a, b = b, a
-    merged = merge(a[3], b)
-    left = a[2]
-    if _rank(left) < _rank(merged):
-        left, merged = merged, left
-    return (_rank(merged) + 1, a[1], left, merged)
+    """The union of two heaps.
+
+    The textbook recursion (merge the smaller root's right child with the other heap,
+    then keep the higher-ranked child on the left), unrolled: walk down the right
+    spines, then rebuild the path bottom-up. Same nodes, no Python call per level.
+    """
+    spine = []
+    while a is not None and b is not None:
+        if b[1] < a[1]:
+            a, b = b, a
+        spine.append(a)
+        a = a[3]
+    merged = a if b is None else b
+    for node in reversed(spine):
+        left = node[2]
+        left_rank = 0 if left is None else left[0]
+        merged_rank = 0 if merged is None else merged[0]
+        if left_rank < merged_rank:
+            merged = (left_rank + 1, node[1], merged, left)
+        else:
+            merged = (merged_rank + 1, node[1], left, merged)
+    return merged
 
 
 def push(heap: Heap, key: Any) -> Heap:
