@@ -226,12 +226,38 @@ def require_ids_or_none(record: Mapping[str, Any]) -> tuple[str, str] | str:
 
 
 def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int = 0) -> Task:
-    """Read a full-state line. Raises EventError only when :func:`require_ids` does."""
+    """Read a full-state line. Raises EventError only when :func:`require_ids` does.
+
+    Every fold reads one per enqueue: an absent optional field (most are, on most
+    lines) costs one lookup, not a helper call (each helper reads None as absent).
+    """
     get = record.get
     task_id, task_type = require_ids(record)
-    created = _instant(get(ev.F_CREATED_AT), ev.F_CREATED_AT)
+    value = get(ev.F_CREATED_AT)
+    created = None if value is None else _instant(value, ev.F_CREATED_AT)
     unknown = () if _KNOWN_FIELDS.issuperset(record) else record.keys() - _KNOWN_FIELDS
-    per_minute = _number(get(ev.F_MAX_PER_MINUTE), ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
+    value = get(ev.F_EXECUTE_AT)
+    execute_at = None if value is None else _since_creation(record, ev.F_EXECUTE_AT, created)
+    value = get(ev.F_RETRY_AFTER_TIME)
+    retry_after_time = (
+        None if value is None else _since_creation(record, ev.F_RETRY_AFTER_TIME, created)
+    )
+    value = get(ev.F_MAX_PER_MINUTE)
+    per_minute = (
+        0.0 if value is None else _number(value, ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
+    )
+    value = get(ev.F_MAX_EXECUTION_EXACT)
+    limit = None if value is None else _positive(value, ev.F_MAX_EXECUTION_EXACT)
+    if limit is None:
+        value = get(ev.F_MAX_EXECUTION_SECONDS)
+        limit = None if value is None else _positive(value, ev.F_MAX_EXECUTION_SECONDS)
+    value = get(ev.F_CRON_TEXT)
+    cron = None if value is None else _text(value)
+    if cron is None:
+        value = get(ev.F_CRON)
+        cron = None if value is None else _text(value)
+    value = get(ev.F_TRIGGER_AFTER_IDS)
+    value_max_delay = get(ev.F_RETRY_MAX_DELAY)
     return build(
         id=task_id,
         type=task_type,
@@ -242,23 +268,24 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
         ),
         retry_count=int(_number(get(ev.F_RETRY_COUNT), ev.F_RETRY_COUNT, 0, low=0)),
         urgency=_number(get(ev.F_URGENCY), ev.F_URGENCY, 0.0),
-        execute_at=_since_creation(record, ev.F_EXECUTE_AT, created),
-        retry_after_time=_since_creation(record, ev.F_RETRY_AFTER_TIME, created),
-        cron=_text(get(ev.F_CRON_TEXT)) or _text(get(ev.F_CRON)),
+        execute_at=execute_at,
+        retry_after_time=retry_after_time,
+        cron=cron,
         webhook_url=_text(get(ev.F_WEBHOOK_URL)),
-        max_execution_seconds=_positive(
-            get(ev.F_MAX_EXECUTION_EXACT), ev.F_MAX_EXECUTION_EXACT
-        ) or _positive(get(ev.F_MAX_EXECUTION_SECONDS), ev.F_MAX_EXECUTION_SECONDS),
+        max_execution_seconds=limit,
         pool=_text(get(ev.F_POOL)),
         rate_group=_text(get(ev.F_RATE_GROUP)),
         max_per_minute=int(per_minute) or None,
         auto_dedupe=get(ev.F_AUTO_DEDUPE) is True,
         fingerprint=_text(get(ev.F_FINGERPRINT)),
-        parents=_parents(get(ev.F_TRIGGER_AFTER_IDS)),
+        parents=() if value is None else _parents(value),
         last_error=record_error(record),
         created_at=created,
         retry_backoff=_text(get(ev.F_RETRY_BACKOFF)),
-        retry_max_delay=_positive(get(ev.F_RETRY_MAX_DELAY), ev.F_RETRY_MAX_DELAY),
+        retry_max_delay=(
+            None if value_max_delay is None
+            else _positive(value_max_delay, ev.F_RETRY_MAX_DELAY)
+        ),
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
         attempt=attempt,
