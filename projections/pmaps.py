@@ -25,8 +25,18 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _MISSING: Final = object()
-_PMap: Any = PMap  # built from its slots below (its constructor takes them)
 _PSet: Any = PSet
+_new = object.__new__
+_set_size: Any = getattr(PMap.__dict__.get("_size"), "__set__", None)
+_set_buckets: Any = getattr(PMap.__dict__.get("_buckets"), "__set__", None)
+
+
+def _pmap_of(size: int, buckets: Any) -> Any:
+    """``PMap(size, buckets)`` without its Python-level ``__new__`` (two slot writes)."""
+    m = _new(PMap)
+    _set_size(m, size)
+    _set_buckets(m, buckets)
+    return m
 
 
 # --- the fast versions (pyrsistent's layout) -----------------------------------------------
@@ -51,15 +61,18 @@ def _fast_assoc(m: Any, key: Any, value: Any) -> Any:
             if k == key:
                 if v is value:
                     return m
-                new = [(k2, value) if k2 == key else (k2, v2) for k2, v2 in bucket]
-                return _PMap(m._size, buckets.set(index, new))
+                if len(bucket) == 1:
+                    new = [(k, value)]
+                else:
+                    new = [(k2, value) if k2 == key else (k2, v2) for k2, v2 in bucket]
+                return _pmap_of(m._size, buckets.set(index, new))
     size = m._size
     if len(buckets) < 0.67 * size:  # pyrsistent grows the table here: let it
         return m.set(key, value)
     new = [(key, value)]
     if bucket:
         new.extend(bucket)
-    return _PMap(size + 1, buckets.set(index, new))
+    return _pmap_of(size + 1, buckets.set(index, new))
 
 
 def _fast_dissoc(m: Any, key: Any) -> Any:
@@ -71,7 +84,7 @@ def _fast_dissoc(m: Any, key: Any) -> Any:
         new = [(k, v) for k, v in bucket if not (k == key)]  # noqa: SIM201  (as pyrsistent: no __ne__)
         removed = len(bucket) - len(new)
         if removed:
-            return _PMap(m._size - removed, buckets.set(index, new or None))
+            return _pmap_of(m._size - removed, buckets.set(index, new or None))
     return m
 
 
@@ -108,7 +121,9 @@ def _agrees() -> bool:
         return False
 
 
-FAST: Final = hasattr(PMap, "_buckets") and hasattr(PSet, "_map") and _agrees()
+FAST: Final = (
+    _set_size is not None and _set_buckets is not None and hasattr(PSet, "_map") and _agrees()
+)
 """Whether the fast functions are in use (pyrsistent's layout is the one they know)."""
 
 get: Final[Callable[..., Any]] = _fast_get if FAST else _slow_get
