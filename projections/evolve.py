@@ -129,6 +129,7 @@ def tally(
     return (metric, kind), None
 
 
+_new: Final = tuple.__new__  # a NamedTuple built without its Python-level __new__
 _F_TASK_TYPE: Final = ev.F_TASK_TYPE
 _OUTCOMES: Final = frozenset((COMPLETED, FAILED_ATTEMPTS))
 _record_time: Final = ev.record_time
@@ -217,7 +218,7 @@ def _claimed(t: Tables, e: Claimed) -> None:
     if e.record.get(ev.F_COMPACTED) is not True:  # a snapshot's restatement counts nothing
         t.count(STARTED, e)
     attempt = old.attempt + 1 if e.attempt is None else e.attempt
-    t.claim(e.task_id, Claim(e.daemon, attempt, e.ts or 0.0, e.lease_until))
+    t.claim(e.task_id, _new(Claim, (e.daemon, attempt, e.ts or 0.0, e.lease_until)))
 
 
 def _progressed(t: Tables, e: Progressed) -> None:
