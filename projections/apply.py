@@ -33,7 +33,7 @@ from snerd.projections.events import (
 from snerd.projections.events import (
     record_time as record_time,
 )
-from snerd.projections.evolve import step, step_all, tally
+from snerd.projections.evolve import Entry, step, step_all, tally
 from snerd.projections.pmaps import (
     EMPTY_SET,
     assoc,
@@ -128,10 +128,9 @@ class Folder:
         task: Task | None = get(self.tasks, task_id)
         return task
 
-    def count(self, metric: str, event: Event) -> None:
+    def count(self, metric: str, event: Event, entry: Entry | None) -> None:
         self.delta.counted.append((metric, event))
-        task_id = getattr(event, "task_id", None)
-        key, seen = tally(metric, event, get(self.tasks, task_id) if task_id else None)
+        key, seen = tally(metric, event, entry)
         self.counters = assoc(self.counters, key, get(self.counters, key, 0) + 1)
         if seen is not None:
             hkey = seen[0]

@@ -18,7 +18,7 @@ from typing import Any
 from snerd.projections import events as ev
 from snerd.projections.counters import CounterKey, Hist, HistKey, Tally
 from snerd.projections.events import DeadLettered, Event, StateLine, TaskStateEvent, decode
-from snerd.projections.evolve import step_all, tally
+from snerd.projections.evolve import Entry, step_all, tally
 from snerd.projections.rates import extend_window
 from snerd.projections.state import DeadLetter, QueueState, from_tables
 from snerd.projections.task import ACTIVE, Claim, Task
@@ -112,8 +112,8 @@ class BulkFolder:
 
     # --- Tables (what evolve's rules call) ------------------------------------------
 
-    def count(self, metric: str, event: Event) -> None:
-        key, seen = tally(metric, event, self.live.get(getattr(event, "task_id", "")))
+    def count(self, metric: str, event: Event, entry: Entry | None) -> None:
+        key, seen = tally(metric, event, entry)
         counters = self.counters
         counters[key] = counters.get(key, 0) + 1
         if seen is not None:

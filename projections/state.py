@@ -3,7 +3,8 @@
 ``fold(state, records) -> (state, delta)`` is pure: no I/O, no clock. Time arrives
 in records (``ts``) or as the ``now`` argument of :func:`advance`, which moves due
 timers into the ready heaps. The state is immutable (pyrsistent maps and persistent
-heaps); a batch is folded through evolvers and frozen once at the end.
+heaps); a fold writes new maps one key at a time through :mod:`pmaps` (one call per
+read or write), so the state it started from stays valid.
 
 Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
 
