@@ -49,6 +49,7 @@ from snerd.projections.rules import phase_for
 from snerd.projections.state import (
     DeadLetter,
     QueueState,
+    build_state,
     lane_key,
     timer_key,
 )
@@ -104,7 +105,7 @@ class Folder:
                     lanes = assoc(lanes, lane, cleaned)
             self.lanes = lanes
         timers = self.timers
-        state = QueueState(
+        state: QueueState = build_state(
             tasks=tasks,
             dlq=self.dlq,
             lanes=self.lanes,

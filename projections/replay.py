@@ -12,7 +12,6 @@ tests check that both reach the same state.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from snerd.projections import events as ev
@@ -21,7 +20,7 @@ from snerd.projections.events import DeadLettered, Event, StateLine, TaskStateEv
 from snerd.projections.evolve import Entry, step_all, tally
 from snerd.projections.rates import extend_window
 from snerd.projections.state import DeadLetter, QueueState, from_tables
-from snerd.projections.task import ACTIVE, Claim, Task
+from snerd.projections.task import ACTIVE, Claim, Task, with_
 
 
 class _Live:
@@ -48,7 +47,7 @@ class _Live:
     def materialize(self) -> Task:
         claim = self.claim
         task = self.event.task(self.order)
-        return replace(
+        return with_(
             task,
             attempt=self.attempt,
             claim=claim,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from pyrsistent import pmap
@@ -18,6 +18,7 @@ from pyrsistent import pmap
 from snerd.errors import EventError
 from snerd.projections import fields as ev
 from snerd.projections.schedule import format_instant, parse_instant, snerdmq_cron
+from snerd.projections.slots import fast_init
 
 # Phases of a live task inside the projection.
 READY: Final = "ready"  # runnable now: in its lane's heap
@@ -98,30 +99,7 @@ class Task:
         return (self.type, self.pool or "", self.rate_group or "", self.max_per_minute or 0)
 
 
-def _make_with() -> tuple[Any, Any]:
-    """A ``dataclasses.replace`` for :class:`Task` that is several times faster (the fold
-    calls it on every claim, release and upsert), and a constructor that skips the
-    frozen dataclass's ``object.__setattr__`` per field (each slot written through its
-    own descriptor): generated code, as ``namedtuple`` does."""
-    names = [f.name for f in fields(Task)]
-    defaults = {f.name: f.default for f in fields(Task) if f.default is not MISSING}
-    setters = {f"_s_{n}": getattr(Task, n).__set__ for n in names}
-    lines = ["def with_(task, " + ", ".join(f"{n}=_KEEP" for n in names) + "):",
-             "    new = _new(_Task)"]  # fmt: skip
-    lines += [f"    _s_{n}(new, task.{n} if {n} is _KEEP else {n})" for n in names]
-    lines.append("    return new")
-    params = [n if n not in defaults else f"{n}=_d_{n}" for n in names]
-    lines += ["def build(" + ", ".join(params) + "):", "    new = _new(_Task)"]
-    lines += [f"    _s_{n}(new, {n})" for n in names]
-    lines.append("    return new")
-    namespace: dict[str, Any] = {"_KEEP": object(), "_new": object.__new__, "_Task": Task}
-    namespace.update(setters)
-    namespace.update({f"_d_{n}": v for n, v in defaults.items()})
-    exec("\n".join(lines), namespace)
-    return namespace["with_"], namespace["build"]
-
-
-_with, _build = _make_with()
+_with, _build = fast_init(Task)
 with_: Final[Callable[..., Task]] = _with
 """``with_(task, phase=..., attempt=...)``: the task with those fields changed."""
 build: Final[Callable[..., Task]] = _build

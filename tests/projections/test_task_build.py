@@ -39,3 +39,29 @@ def test_with_changes_exactly_the_named_fields(names: set[str]) -> None:
     changes = {name: FULL[name] for name in names}
     expected = dataclasses.replace(base, **changes)
     assert _every_field(with_(base, **changes)) == _every_field(expected)
+
+
+def test_build_state_sets_every_field_as_the_dataclass_does() -> None:
+    from snerd.projections.state import QueueState, build_state
+
+    given = {f.name: getattr(QueueState(), f.name) for f in dataclasses.fields(QueueState)}
+    given.update(n=7, last_seq=9, invalid=2, timers=(1, (0.0, 1, "a"), None, None))
+    built, expected = build_state(**given), QueueState(**given)
+    assert built == expected
+    assert all(getattr(built, name) is value for name, value in given.items())
+
+
+def test_classes_with_post_init_are_refused() -> None:
+    import pytest
+
+    from snerd.projections.slots import fast_init
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        x: int
+
+        def __post_init__(self) -> None:
+            assert self.x > 0
+
+    with pytest.raises(TypeError, match="__post_init__"):
+        fast_init(Checked)
