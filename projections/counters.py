@@ -45,8 +45,8 @@ _EMPTY_COUNTS: Final = (0,) * (len(BUCKETS) + 1)
 
 def bucket_of(seconds: float) -> int:
     """The index of the bucket an observation falls in (the last: +Inf): the first bound
-    at or above ``seconds``."""
-    return bisect_left(BUCKETS, seconds)
+    at or above ``seconds``; NaN, below no bound, goes to +Inf."""
+    return bisect_left(BUCKETS, seconds) if seconds == seconds else len(BUCKETS)
 
 
 def observed(hist: Hist | None, seconds: float) -> Hist:
