@@ -3,8 +3,9 @@
 :class:`Folder` is the :class:`~snerd.projections.evolve.Tables` of the queue
 projection: the rules of ``evolve`` say what each event means, and this class keeps
 every index (lanes, timers, DAG refs, fingerprints, claims by daemon) current and
-collects the :class:`Delta`. It is local to one :func:`state.fold` call and mutates
-nothing it did not create, so the input state stays valid.
+collects the :class:`Delta`. Its working copy is the state's own persistent maps:
+every write makes a new one (one call each, through :mod:`~snerd.projections.pmaps`),
+so the input state stays valid, and :meth:`Folder.finish` puts them back together.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyrsistent import pset
+from pyrsistent.typing import PMap, PSet
 
 from snerd.projections import heap
-from snerd.projections.cells import MapCell, SetCell
 from snerd.projections.counters import CounterKey, Hist, HistKey, merged, observed
 from snerd.projections.delta import Delta, DeltaBuilder
 from snerd.projections.events import (
@@ -33,12 +33,23 @@ from snerd.projections.events import (
 from snerd.projections.events import (
     record_time as record_time,
 )
-from snerd.projections.evolve import step, step_all, tally
+from snerd.projections.evolve import Entry, step, step_all, tally
+from snerd.projections.pmaps import (
+    EMPTY_SET,
+    assoc,
+    dissoc,
+    get,
+    has,
+    set_add,
+    set_discard,
+    set_has,
+)
 from snerd.projections.rates import extend_window
 from snerd.projections.rules import phase_for
 from snerd.projections.state import (
     DeadLetter,
     QueueState,
+    build_state,
     lane_key,
     timer_key,
 )
@@ -48,23 +59,28 @@ from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane,
 class Folder:
     """Applies records to a :class:`QueueState` and collects the :class:`Delta`."""
 
+    __slots__ = ("any_doomed", "by_daemon", "counters", "delta", "dirty", "dlq", "doomed",
+                 "fingerprints", "histograms", "invalid", "lanes", "last_seq", "n", "refs",
+                 "tasks", "timers", "windows")  # fmt: skip
+
     def __init__(self, state: QueueState) -> None:
-        self.tasks = MapCell(state.tasks)
-        self.dlq = MapCell(state.dlq)
-        self.lanes = MapCell(state.lanes)
+        self.tasks: PMap[str, Task] = state.tasks
+        self.dlq: PMap[str, DeadLetter] = state.dlq
+        self.lanes: PMap[Lane, heap.Heap] = state.lanes
         self.timers = state.timers
-        self.refs = MapCell(state.refs)
-        self.doomed = SetCell(state.doomed)
-        self.fingerprints = MapCell(state.fingerprints)
-        self.windows = MapCell(state.windows)
-        self.by_daemon = MapCell(state.by_daemon)
-        self.counters = MapCell(state.counters)
-        self.histograms = MapCell(state.histograms)
+        self.refs: PMap[str, PSet[str]] = state.refs
+        self.doomed: PSet[str] = state.doomed
+        self.fingerprints: PMap[str, PSet[str]] = state.fingerprints
+        self.windows: PMap[str, tuple[float, ...]] = state.windows
+        self.by_daemon: PMap[str, PSet[str]] = state.by_daemon
+        self.counters: PMap[CounterKey, int] = state.counters
+        self.histograms: PMap[HistKey, Hist] = state.histograms
         self.n = state.n
         self.last_seq = state.last_seq
         self.invalid = state.invalid
         self.delta = DeltaBuilder()
-        self.dirty: set[Lane] = set()  # lanes whose top may have gone stale in this fold
+        self.any_doomed = len(state.doomed) > 0  # skips the doomed set when it is empty
+        self.dirty: list[Lane] = []  # lanes whose top may have gone stale in this fold
 
     # --- feeding ----------------------------------------------------------------------
 
@@ -75,28 +91,32 @@ class Folder:
         step_all(self, events)
 
     def finish(self) -> tuple[QueueState, Delta]:
-        tasks = self.tasks.persistent()
-        lanes = self.lanes
-        for lane in self.dirty:  # only a lane whose task changed can have a stale top
-            if lane not in lanes:
-                continue
-            cleaned = _clean(lanes[lane], tasks, READY)
-            if cleaned is None:
-                del lanes[lane]
-            elif cleaned is not lanes[lane]:
-                lanes[lane] = cleaned
-        state = QueueState(
+        tasks = self.tasks
+        if self.dirty:
+            lanes = self.lanes
+            for lane in set(self.dirty):  # only a lane whose task changed can go stale
+                entries = get(lanes, lane)
+                if entries is None:
+                    continue
+                cleaned = _clean(entries, tasks, READY)
+                if cleaned is None:
+                    lanes = dissoc(lanes, lane)
+                elif cleaned is not entries:
+                    lanes = assoc(lanes, lane, cleaned)
+            self.lanes = lanes
+        timers = self.timers
+        state: QueueState = build_state(
             tasks=tasks,
-            dlq=self.dlq.persistent(),
-            lanes=lanes.persistent(),
-            timers=_clean(self.timers, tasks, DELAYED),
-            refs=self.refs.persistent(),
-            doomed=self.doomed.persistent(),
-            fingerprints=self.fingerprints.persistent(),
-            windows=self.windows.persistent(),
-            by_daemon=self.by_daemon.persistent(),
-            counters=self.counters.persistent(),
-            histograms=self.histograms.persistent(),
+            dlq=self.dlq,
+            lanes=self.lanes,
+            timers=timers if timers is None else _clean(timers, tasks, DELAYED),
+            refs=self.refs,
+            doomed=self.doomed,
+            fingerprints=self.fingerprints,
+            windows=self.windows,
+            by_daemon=self.by_daemon,
+            counters=self.counters,
+            histograms=self.histograms,
             n=self.n,
             last_seq=self.last_seq,
             invalid=self.invalid,
@@ -106,38 +126,42 @@ class Folder:
     # --- Tables (what evolve's rules call) ----------------------------------------------
 
     def entry(self, task_id: str) -> Task | None:
-        return self.tasks.get(task_id)
+        task: Task | None = get(self.tasks, task_id)
+        return task
 
-    def count(self, metric: str, event: Event) -> None:
+    def count(self, metric: str, event: Event, entry: Entry | None) -> None:
         self.delta.counted.append((metric, event))
-        task_id = getattr(event, "task_id", None)
-        key, seen = tally(metric, event, self.tasks.get(task_id) if task_id else None)
-        self.counters[key] = (self.counters.get(key) or 0) + 1
+        key, seen = tally(metric, event, entry)
+        self.counters = assoc(self.counters, key, get(self.counters, key, 0) + 1)
         if seen is not None:
-            self.histograms[seen[0]] = observed(self.histograms.get(seen[0]), seen[1])
+            hkey = seen[0]
+            self.histograms = assoc(self.histograms, hkey,
+                                    observed(get(self.histograms, hkey), seen[1]))  # fmt: skip
 
     def add_totals(self, counts: Mapping[CounterKey, int],
                    histograms: Mapping[HistKey, Hist]) -> None:  # fmt: skip
         for key, n in counts.items():
-            self.counters[key] = (self.counters.get(key) or 0) + n
+            self.counters = assoc(self.counters, key, get(self.counters, key, 0) + n)
         for hkey, hist in histograms.items():
-            self.histograms[hkey] = merged(self.histograms.get(hkey), hist)
+            self.histograms = assoc(self.histograms, hkey,
+                                    merged(get(self.histograms, hkey), hist))  # fmt: skip
 
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
-        old = self.tasks.get(event.task_id)
+        task_id = event.task_id
+        old = get(self.tasks, task_id)
         task = event.task(self.n, attempt)
         if old is not None:
             self._unindex(old)
         task = self._placed(task)
-        self.tasks[task.id] = task
+        self.tasks = assoc(self.tasks, task_id, task)
         self._index(task)
         if old is None:
-            self._touch_children(task.id)
+            self._touch_children(task_id)
 
     def dead_letter(self, event: DeadLettered | StateLine, key: str, reason: str,
                     at: float | None, attempt: int) -> None:  # fmt: skip
         task = event.task(self.n, attempt)
-        self.dlq[key] = DeadLetter(key, task, reason, task.last_error, at)
+        self.dlq = assoc(self.dlq, key, DeadLetter(key, task, reason, task.last_error, at))
         self.delta.dead.append(key)
         self.remove(task.id)
         if key != task.id:
@@ -145,43 +169,43 @@ class Folder:
 
     def remove(self, task_id: str) -> None:
         """The task left the live table (completed, cancelled or dead-lettered)."""
-        old = self.tasks.get(task_id)
+        old = get(self.tasks, task_id)
         if old is not None:
             self._unindex(old)
-            del self.tasks[task_id]
+            self.tasks = dissoc(self.tasks, task_id)
             self.delta.finished.append(task_id)
         self._touch_children(task_id)
 
     def drop_dead(self, key: str) -> None:
-        if key in self.dlq:
-            del self.dlq[key]
+        if has(self.dlq, key):
+            self.dlq = dissoc(self.dlq, key)
             self._touch_children(key)
 
     def claim(self, task_id: str, claim: Claim) -> None:
-        task = self.tasks[task_id]
+        task = get(self.tasks, task_id)
         self._unindex(task)
         task = with_(task, phase=ACTIVE, attempt=claim.attempt, claim=claim, progress=None)
-        self.tasks[task_id] = task
+        self.tasks = assoc(self.tasks, task_id, task)
         self._index(task)
         self.delta.claimed.append(task_id)
 
     def progress(self, task_id: str, data: Any) -> None:
-        self.tasks[task_id] = with_(self.tasks[task_id], progress=data)
+        self.tasks = assoc(self.tasks, task_id, with_(get(self.tasks, task_id), progress=data))
         self.delta.progress.append((task_id, data))
 
     def release(self, task_id: str) -> None:
-        task = self.tasks[task_id]
+        task = get(self.tasks, task_id)
         self._unindex(task)
         # A fresh order: the old heap entry may still sit in its lane.
         task = self._placed(with_(task, claim=None, order=self.n, progress=None))
-        self.tasks[task_id] = task
+        self.tasks = assoc(self.tasks, task_id, task)
         self._index(task)
         self.delta.released.append(task_id)
 
     def window_add(self, group: str, times: tuple[float, ...]) -> None:
-        window = extend_window(self.windows.get(group) or (), times)
+        window = extend_window(get(self.windows, group) or (), times)
         if window:
-            self.windows[group] = window
+            self.windows = assoc(self.windows, group, window)
 
     # --- indexes --------------------------------------------------------------------------
 
@@ -189,79 +213,90 @@ class Folder:
         """The task with the phase the rules give it (running tasks keep theirs)."""
         if task.phase == ACTIVE and task.claim is not None:
             return task
-        phase, doomed = phase_for(task, self.tasks, self.dlq)
+        if task.parents:
+            phase, doomed = phase_for(task, self.tasks, self.dlq)
+        else:  # phase_for without parents: no lookups to make
+            phase, doomed = (READY if task.not_before is None else DELAYED), False
         if doomed:
-            if task.id not in self.doomed:
-                self.doomed.add(task.id)
+            if not set_has(self.doomed, task.id):
+                self.doomed = set_add(self.doomed, task.id)
+                self.any_doomed = True
                 self.delta.doomed.append(task.id)
-        elif task.id in self.doomed:
-            self.doomed.remove(task.id)
+        elif self.any_doomed:
+            self.doomed = set_discard(self.doomed, task.id)
         return task if task.phase == phase else with_(task, phase=phase)
 
     def _index(self, task: Task) -> None:
         self._index_phase(task)
-        if task.phase == ACTIVE and task.claim is not None:
-            owned = self.by_daemon.get(task.claim.daemon) or pset()
-            self.by_daemon[task.claim.daemon] = owned.add(task.id)
+        task_id = task.id
+        claim = task.claim
+        if claim is not None and task.phase == ACTIVE:
+            daemon = claim.daemon
+            owned = get(self.by_daemon, daemon) or EMPTY_SET
+            self.by_daemon = assoc(self.by_daemon, daemon, set_add(owned, task_id))
         for parent in task.parents:
-            self.refs[parent] = (self.refs.get(parent) or pset()).add(task.id)
+            children = get(self.refs, parent) or EMPTY_SET
+            self.refs = assoc(self.refs, parent, set_add(children, task_id))
         if task.auto_dedupe and task.fingerprint:
-            holders = self.fingerprints.get(task.fingerprint) or pset()
-            self.fingerprints[task.fingerprint] = holders.add(task.id)
+            holders = get(self.fingerprints, task.fingerprint) or EMPTY_SET
+            self.fingerprints = assoc(self.fingerprints, task.fingerprint,
+                                      set_add(holders, task_id))  # fmt: skip
 
     def _unindex(self, task: Task) -> None:
         """Drop the task from every index but the heaps (their entries go stale)."""
+        task_id = task.id
         if task.phase == READY:
-            self.dirty.add(task.lane)
-        if task.claim is not None:
-            owned = self.by_daemon.get(task.claim.daemon)
-            if owned is not None and task.id in owned:
-                owned = owned.remove(task.id)
-                if owned:
-                    self.by_daemon[task.claim.daemon] = owned
-                else:
-                    del self.by_daemon[task.claim.daemon]
+            self.dirty.append(task.lane)
+        claim = task.claim
+        if claim is not None:
+            self.by_daemon = _without(self.by_daemon, claim.daemon, task_id)
         for parent in task.parents:
-            children = self.refs.get(parent)
-            if children is not None and task.id in children:
-                children = children.remove(task.id)
-                if children:
-                    self.refs[parent] = children
-                else:
-                    del self.refs[parent]
+            self.refs = _without(self.refs, parent, task_id)
         fingerprint = task.fingerprint
-        holders = self.fingerprints.get(fingerprint) if fingerprint else None
-        if fingerprint and holders is not None and task.id in holders:
-            holders = holders.remove(task.id)
-            if holders:
-                self.fingerprints[fingerprint] = holders
-            else:
-                del self.fingerprints[fingerprint]
-        if task.id in self.doomed:
-            self.doomed.remove(task.id)
+        if fingerprint:
+            self.fingerprints = _without(self.fingerprints, fingerprint, task_id)
+        if self.any_doomed:
+            self.doomed = set_discard(self.doomed, task_id)
 
     def _touch_children(self, parent_id: str) -> None:
         """A parent joined or left the live table or the DLQ: re-place its children."""
-        for child_id in self.refs.get(parent_id) or ():
-            child = self.tasks.get(child_id)
+        children = get(self.refs, parent_id)
+        if not children:
+            return
+        for child_id in children:
+            child = get(self.tasks, child_id)
             if child is None or child.phase == ACTIVE:
                 continue
             placed = self._placed(child)
             if placed.phase != child.phase:
                 if child.phase == READY:
-                    self.dirty.add(child.lane)
-                self.tasks[child_id] = placed
+                    self.dirty.append(child.lane)
+                self.tasks = assoc(self.tasks, child_id, placed)
                 self._index_phase(placed)
 
     def _index_phase(self, task: Task) -> None:
-        if task.phase == READY:
-            self.lanes[task.lane] = heap.push(self.lanes.get(task.lane), lane_key(task))
+        phase = task.phase
+        if phase == READY:
+            lane = task.lane
+            self.lanes = assoc(self.lanes, lane, heap.push(get(self.lanes, lane), lane_key(task)))
             self.delta.ready.append(task.id)
-        elif task.phase == DELAYED:
+        elif phase == DELAYED:
             self.timers = heap.push(self.timers, timer_key(task))
             self.delta.delayed.append(task.id)
-        elif task.phase == BLOCKED:
+        elif phase == BLOCKED:
             self.delta.blocked.append(task.id)
+
+
+def _without(index: PMap[str, PSet[str]], key: str, task_id: str) -> PMap[str, PSet[str]]:
+    """``index`` with ``task_id`` gone from the set under ``key`` (and an emptied set gone)."""
+    held: PSet[str] | None = get(index, key)
+    if held is None:
+        return index
+    rest = set_discard(held, task_id)
+    if rest is held:
+        return index
+    out: PMap[str, PSet[str]] = assoc(index, key, rest) if rest else dissoc(index, key)
+    return out
 
 
 def _clean(entries: heap.Heap, tasks: Mapping[str, Task], phase: str) -> heap.Heap:
@@ -269,8 +304,8 @@ def _clean(entries: heap.Heap, tasks: Mapping[str, Task], phase: str) -> heap.He
     order it was pushed with. Lanes hold READY tasks; timers DELAYED ones (a timer that
     came due stays on top until its task is claimed, then leaves with the next fold)."""
     while entries is not None:
-        _, order, task_id = heap.top(entries)
-        task = tasks.get(task_id)
+        _, order, task_id = entries[1]
+        task = get(tasks, task_id)
         if task is not None and task.phase == phase and task.order == order:
             return entries
         entries = heap.pop(entries)

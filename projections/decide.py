@@ -32,10 +32,11 @@ from snerd.projections.commands import (
     Requeue,
 )
 from snerd.projections.events import Event, decode
+from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState, advance
-from snerd.projections.task import Task, task_to_record
+from snerd.projections.task import Task, build, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -98,7 +99,7 @@ def enqueue(
 ) -> tuple[list[Record], Refusal | Deduplicated | UnknownParents | None]:
     """The enqueued event, or a refusal (live id) or a dedupe verdict; the parents it
     will not wait for, when some are unknown."""
-    if cmd.task_id in state.tasks or cmd.task_id in state.dlq:
+    if has(state.tasks, cmd.task_id) or has(state.dlq, cmd.task_id):
         where = "in the dead-letter queue" if cmd.task_id in state.dlq else "live"
         message = f"task {cmd.task_id!r} already exists ({where})"
         return [], Refusal("duplicate_task", message, "task_id")
@@ -116,7 +117,7 @@ def enqueue(
     execute_at = cmd.execute_at
     if cmd.cron and execute_at is None:
         execute_at = next_fire(parse_cron(cmd.cron), now)
-    task = Task(
+    task = build(
         id=cmd.task_id,
         type=cmd.task_type,
         data=cmd.task_data,
@@ -138,8 +139,8 @@ def enqueue(
         created_at=now,
     )
     unknown = tuple(dict.fromkeys(
-        p for p in cmd.trigger_after_ids if p not in state.tasks and p not in state.dlq
-    ))  # fmt: skip
+        p for p in cmd.trigger_after_ids if not has(state.tasks, p) and not has(state.dlq, p)
+    )) if cmd.trigger_after_ids else ()  # fmt: skip
     if not unknown:
         return [full_state(ev.ENQUEUED, task, now, daemon)], None
     task = replace(task, extra=pmap({ev.F_UNKNOWN_PARENTS: list(unknown)}))
@@ -211,7 +212,8 @@ def succeed(task: Task, *, now: float, daemon: str, result: Any = None) -> list[
     if cron is not None:
         return [_next_occurrence(task, cron, now, daemon, **extra)]
     # SnerdMQ's readers count a tombstone that still carries an error as a failure.
-    return [full_state(ev.SUCCEEDED, replace(task, last_error=None), now, daemon, **extra)]
+    ended = task if task.last_error is None else with_(task, last_error=None)
+    return [full_state(ev.SUCCEEDED, ended, now, daemon, **extra)]
 
 
 def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str, **extra: Any) -> Record:
@@ -233,7 +235,7 @@ def fail(
         reason = ev.REASON_PERMANENT
     elif task.retry_count < task.max_retries:
         delay = retry_delay(task, jitter)
-        retried = replace(
+        retried = with_(
             task,
             retry_count=task.retry_count + 1,
             retry_after_time=now + delay if delay > 0 else None,

@@ -75,5 +75,12 @@ class DeltaBuilder:
         return any(getattr(self, n) for n in _TUPLES)
 
     def freeze(self) -> Delta:
-        frozen: dict[str, Any] = {n: tuple(getattr(self, n)) for n in _TUPLES}
-        return Delta(**frozen)
+        ready, delayed, blocked, doomed = self.ready, self.delayed, self.blocked, self.doomed
+        claimed, released, finished, dead = self.claimed, self.released, self.finished, self.dead
+        progress, counted = self.progress, self.counted
+        if not (ready or delayed or blocked or doomed or claimed or released or finished or dead
+                or progress or counted):  # fmt: skip
+            return NO_CHANGE
+        return Delta(tuple(ready), tuple(delayed), tuple(blocked), tuple(doomed), tuple(claimed),
+                     tuple(released), tuple(finished), tuple(dead), tuple(progress),
+                     tuple(counted))  # fmt: skip

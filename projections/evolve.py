@@ -97,7 +97,7 @@ class Tables(Protocol):
 
     def window_add(self, group: str, times: tuple[float, ...]) -> None: ...
 
-    def count(self, metric: str, event: Event) -> None: ...
+    def count(self, metric: str, event: Event, entry: Entry | None) -> None: ...
 
     def add_totals(self, counts: Mapping[CounterKey, int],
                    histograms: Mapping[HistKey, Hist]) -> None: ...  # fmt: skip
@@ -112,89 +112,100 @@ def tally(
     """The (metric, task type) a counted event bumps, and the duration it observes if
     any: a claim's ``waited`` (latency), an outcome's time since its claim (run time).
     ``entry`` is the live task as it was before the event's rule changed it."""
-    kind = event.record.get(ev.F_TASK_TYPE)
+    record = event.record
+    kind = record.get(_F_TASK_TYPE)
     if type(kind) is not str:
         if type(event) is Deduplicated:
             kind = event.task_type
         else:
             kind = entry.task_type if entry is not None else ""
-    if metric == STARTED and type(event) is Claimed and event.waited is not None:
-        return (metric, kind), ((LATENCY, kind), event.waited)
-    if metric in (COMPLETED, FAILED_ATTEMPTS) and entry is not None and entry.claim is not None:
-        at = ev.record_time(event.record)
+    if metric == STARTED:
+        if type(event) is Claimed and event.waited is not None:
+            return (metric, kind), ((LATENCY, kind), event.waited)
+    elif metric in _OUTCOMES and entry is not None and entry.claim is not None:
+        at = _record_time(record)
         if at is not None:
             return (metric, kind), ((RUN_TIME, kind), at - entry.claim.at)
     return (metric, kind), None
 
 
+_new: Final = tuple.__new__  # a NamedTuple built without its Python-level __new__
+_F_TASK_TYPE: Final = ev.F_TASK_TYPE
+_OUTCOMES: Final = frozenset((COMPLETED, FAILED_ATTEMPTS))
+_record_time: Final = ev.record_time
+
+
 # --- the rules --------------------------------------------------------------------------
 
 
-def _upserted(t: Tables, e: TaskStateEvent) -> None:
-    """A full-state line: the task's latest state. Attempts only ever grow."""
-    old = t.entry(e.task_id)
+def _upserted(t: Tables, e: TaskStateEvent, old: Entry | None) -> None:
+    """A full-state line: the task's latest state (``old``: the live entry before it).
+    Attempts only ever grow."""
     t.upsert(e, max(e.attempt, old.attempt) if old is not None else e.attempt)
 
 
 def _enqueued(t: Tables, e: Enqueued) -> None:
+    old = t.entry(e.task_id)
     if not e.compacted:
-        t.count(ENQUEUED, e)
-    _upserted(t, e)
+        t.count(ENQUEUED, e, old)
+    _upserted(t, e, old)
 
 
 def _retry_scheduled(t: Tables, e: RetryScheduled) -> None:
-    t.count(FAILED_ATTEMPTS, e)
-    _upserted(t, e)
+    old = t.entry(e.task_id)
+    t.count(FAILED_ATTEMPTS, e, old)
+    _upserted(t, e, old)
 
 
 def _rescheduled(t: Tables, e: Rescheduled) -> None:
     # A cron task's next occurrence. It completed the current one unless that one was
     # just dead-lettered (which took the task out of the live table first).
-    if t.entry(e.task_id) is not None:
-        t.count(COMPLETED, e)
-    _upserted(t, e)
+    old = t.entry(e.task_id)
+    if old is not None:
+        t.count(COMPLETED, e, old)
+    _upserted(t, e, old)
 
 
 def _requeued(t: Tables, e: Requeued) -> None:
     t.drop_dead(e.key)
-    _upserted(t, e)
+    _upserted(t, e, t.entry(e.task_id))
 
 
 def _state_line(t: Tables, e: StateLine) -> None:
     """SnerdMQ's own line: an upsert; with ``deletedAt`` an end, a dead letter when it
     still carries an error with its retries spent (SnerdMQ writes no reason)."""
+    old = t.entry(e.task_id)
     if not e.deleted:
-        _upserted(t, e)
+        _upserted(t, e, old)
         return
     task = e.task(0)
     if task.last_error and task.retry_count >= task.max_retries:
-        t.count(FAILED_ATTEMPTS, e)
-        t.count(DEAD_LETTERED, e)
-        old = t.entry(e.task_id)
+        t.count(FAILED_ATTEMPTS, e, old)
+        t.count(DEAD_LETTERED, e, old)
         t.dead_letter(e, e.task_id, ev.REASON_MAX_RETRIES, None, old.attempt if old else 0)
     else:
-        t.count(COMPLETED, e)
+        t.count(COMPLETED, e, old)
         t.remove(e.task_id)
 
 
 def _succeeded(t: Tables, e: Succeeded) -> None:
-    t.count(COMPLETED, e)
+    t.count(COMPLETED, e, t.entry(e.task_id))
     t.remove(e.task_id)
 
 
 def _cancelled(t: Tables, e: Cancelled) -> None:
-    t.count(CANCELLED, e)
+    t.count(CANCELLED, e, t.entry(e.task_id))
     t.remove(e.task_id)
 
 
 def _dead_lettered(t: Tables, e: DeadLettered) -> None:
     """Into the DLQ under its key; the task leaves the live table (a cron task comes
     back with the ``rescheduled`` that follows)."""
+    old = t.entry(e.task_id)
     if e.record.get(ev.F_COMPACTED) is not True:  # a snapshot's restatement counts nothing
         if e.reason != ev.REASON_FAILED_PARENT:
-            t.count(FAILED_ATTEMPTS, e)
-        t.count(DEAD_LETTERED, e)
-    old = t.entry(e.task_id)
+            t.count(FAILED_ATTEMPTS, e, old)
+        t.count(DEAD_LETTERED, e, old)
     attempt = max(e.attempt, old.attempt) if old is not None else e.attempt
     t.dead_letter(e, e.key, e.reason, e.ts, attempt)
 
@@ -208,9 +219,9 @@ def _claimed(t: Tables, e: Claimed) -> None:
     if old is None or old.claim is not None:
         return
     if e.record.get(ev.F_COMPACTED) is not True:  # a snapshot's restatement counts nothing
-        t.count(STARTED, e)
+        t.count(STARTED, e, old)
     attempt = old.attempt + 1 if e.attempt is None else e.attempt
-    t.claim(e.task_id, Claim(e.daemon, attempt, e.ts or 0.0, e.lease_until))
+    t.claim(e.task_id, _new(Claim, (e.daemon, attempt, e.ts or 0.0, e.lease_until)))
 
 
 def _progressed(t: Tables, e: Progressed) -> None:
@@ -244,7 +255,7 @@ def _rate_window(t: Tables, e: RateWindow) -> None:
 
 def _deduplicated(t: Tables, e: Deduplicated) -> None:
     """An enqueue dropped by dedupe: counted, nothing else changes."""
-    t.count(DEDUPLICATED, e)
+    t.count(DEDUPLICATED, e, t.entry(e.task_id))
 
 
 def _counters(t: Tables, e: Counters) -> None:

@@ -19,24 +19,25 @@ Heap = tuple[int, Any, Any, Any] | None
 def merge(a: Heap, b: Heap) -> Heap:
     """The union of two heaps.
 
-    Iterative (no recursion down the right spines, which is where a leftist heap's
-    O(log n) work lies): walk down taking the smaller root each step, then rebuild the
-    path bottom-up, swapping children where the right one outranks the left."""
-    spine: list[tuple[int, Any, Any, Any]] = []
+    The textbook recursion (merge the smaller root's right child with the other heap,
+    then keep the higher-ranked child on the left), unrolled: walk down the right
+    spines, then rebuild the path bottom-up. Same nodes, no Python call per level.
+    """
+    spine = []
     while a is not None and b is not None:
         if b[1] < a[1]:
             a, b = b, a
         spine.append(a)
         a = a[3]
-    merged = b if a is None else a
+    merged = a if b is None else b
     for node in reversed(spine):
         left = node[2]
         left_rank = 0 if left is None else left[0]
-        right_rank = 0 if merged is None else merged[0]
-        if left_rank < right_rank:
+        merged_rank = 0 if merged is None else merged[0]
+        if left_rank < merged_rank:
             merged = (left_rank + 1, node[1], merged, left)
         else:
-            merged = (right_rank + 1, node[1], left, merged)
+            merged = (merged_rank + 1, node[1], left, merged)
     return merged
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from snerd.projections import heap
+from snerd.projections.pmaps import get
 from snerd.projections.rates import extend_window, window_slot_free_at
 from snerd.projections.state import QueueState
 from snerd.projections.task import READY, Lane, Task
@@ -38,8 +39,9 @@ def pick(state: QueueState, now: float, eligible: Callable[[Task], bool]) -> Pic
     timer = heap.top(state.timers)
     if timer is not None:
         wake.append(timer[0])
-    for lane in state.lanes:
-        task = lane_top(state, lane)
+    tasks = state.tasks
+    for node in state.lanes.values():
+        task = None if node is None else get(tasks, node[1][2])
         if task is None or not eligible(task):
             continue
         if task.rate_group and task.max_per_minute:
@@ -61,7 +63,7 @@ def pick_many(
 
     Picks are appended to ``out`` as they are made, so ``eligible`` may look at it
     (e.g. to count a pool's capacity used by this batch)."""
-    lanes = {lane: state.lanes[lane] for lane in state.lanes}
+    lanes = dict(state.lanes.items())
     windows: dict[str, tuple[float, ...]] = {}  # rate windows with this batch's claims
     out = [] if out is None else out
     picked: set[str] = set()  # a lane may hold two live entries of one task (lazy heaps)
@@ -96,8 +98,8 @@ def _valid_top(
     """The lane's best READY task not picked yet, and the lane without the entries
     above it that are stale (or already picked)."""
     while node is not None:
-        _, order, task_id = heap.top(node)
-        task = state.tasks.get(task_id)
+        _, order, task_id = node[1]
+        task = get(state.tasks, task_id)
         fresh = task is not None and task.phase == READY and task.order == order
         if fresh and task_id not in picked:
             return task, node

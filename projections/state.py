@@ -3,7 +3,8 @@
 ``fold(state, records) -> (state, delta)`` is pure: no I/O, no clock. Time arrives
 in records (``ts``) or as the ``now`` argument of :func:`advance`, which moves due
 timers into the ready heaps. The state is immutable (pyrsistent maps and persistent
-heaps); a batch is folded through evolvers and frozen once at the end.
+heaps); a fold writes new maps one key at a time through :mod:`pmaps` (one call per
+read or write), so the state it started from stays valid.
 
 Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
 
@@ -31,11 +32,12 @@ from pyrsistent.typing import PMap as PMapT
 from pyrsistent.typing import PSet as PSetT
 
 from snerd.projections import heap
-from snerd.projections.cells import MapCell
 from snerd.projections.counters import CounterKey, Hist, HistKey
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
+from snerd.projections.pmaps import assoc, get
 from snerd.projections.rules import phase_for
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task
+from snerd.projections.slots import fast_init
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, with_
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,10 @@ class QueueState:
     n: int = 0  # records folded: the source of FIFO order
     last_seq: int = 0
     invalid: int = 0  # records the fold could not use (reported, never fatal)
+
+
+_, build_state = fast_init(QueueState)
+"""``QueueState(...)`` with every field given, built faster (one per fold)."""
 
 
 def empty() -> QueueState:
@@ -101,11 +107,11 @@ def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
     if timers is None or heap.top(timers)[0] > now:  # nothing due (the common case)
         return state, NO_CHANGE
     tasks = state.tasks
-    lanes = MapCell(state.lanes)
+    lanes = state.lanes
     delta = DeltaBuilder()
     while timers is not None:
         due, order, task_id = heap.top(timers)
-        task = tasks.get(task_id)
+        task = get(tasks, task_id)
         if task is None or task.phase != DELAYED or task.order != order:
             timers = heap.pop(timers)  # stale entry
             continue
@@ -113,12 +119,13 @@ def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
             break
         timers = heap.pop(timers)
         task = _with_phase(task, READY)
-        tasks = tasks.set(task_id, task)
-        lanes[task.lane] = heap.push(lanes.get(task.lane), lane_key(task))
+        tasks = assoc(tasks, task_id, task)
+        lane = task.lane
+        lanes = assoc(lanes, lane, heap.push(get(lanes, lane), lane_key(task)))
         delta.ready.append(task_id)
     if not delta:
         return state, NO_CHANGE
-    new = _replace(state, tasks=tasks, timers=timers, lanes=lanes.persistent())
+    new = _replace(state, tasks=tasks, timers=timers, lanes=lanes)
     return new, delta.freeze()
 
 
@@ -133,9 +140,7 @@ def timer_key(task: Task) -> tuple[float, int, str]:
 
 
 def _with_phase(task: Task, phase: str) -> Task:
-    from dataclasses import replace
-
-    return replace(task, phase=phase)
+    return with_(task, phase=phase)
 
 
 def _replace(state: QueueState, **changes: Any) -> QueueState:

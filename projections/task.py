@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from pyrsistent import pmap
@@ -18,6 +18,7 @@ from pyrsistent import pmap
 from snerd.errors import EventError
 from snerd.projections import fields as ev
 from snerd.projections.schedule import format_instant, parse_instant, snerdmq_cron
+from snerd.projections.slots import fast_init
 
 # Phases of a live task inside the projection.
 READY: Final = "ready"  # runnable now: in its lane's heap
@@ -98,23 +99,11 @@ class Task:
         return (self.type, self.pool or "", self.rate_group or "", self.max_per_minute or 0)
 
 
-def _make_with() -> Any:
-    """A ``dataclasses.replace`` for :class:`Task` that is several times faster (the fold
-    calls it on every claim, release and upsert): generated code, as ``namedtuple`` does."""
-    names = [f.name for f in fields(Task)]
-    lines = ["def with_(task, " + ", ".join(f"{n}=_KEEP" for n in names) + "):",
-             "    new = _new(_Task)"]  # fmt: skip
-    lines += [f"    _set(new, {n!r}, task.{n} if {n} is _KEEP else {n})" for n in names]
-    lines.append("    return new")
-    namespace: dict[str, Any] = {
-        "_KEEP": object(), "_new": object.__new__, "_Task": Task, "_set": object.__setattr__,
-    }  # fmt: skip
-    exec("\n".join(lines), namespace)
-    return namespace["with_"]
-
-
-with_: Final[Callable[..., Task]] = _make_with()
+_with, _build = fast_init(Task)
+with_: Final[Callable[..., Task]] = _with
 """``with_(task, phase=..., attempt=...)``: the task with those fields changed."""
+build: Final[Callable[..., Task]] = _build
+"""``build(id=..., type=..., ...)``: ``Task(...)``, the same task, built faster."""
 
 
 def _number(value: Any, name: str, default: float, *, low: float = -_MAX_EXACT) -> float:
@@ -215,13 +204,39 @@ def require_ids_or_none(record: Mapping[str, Any]) -> tuple[str, str] | str:
 
 
 def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int = 0) -> Task:
-    """Read a full-state line. Raises EventError only when :func:`require_ids` does."""
+    """Read a full-state line. Raises EventError only when :func:`require_ids` does.
+
+    Every fold reads one per enqueue: an absent optional field (most are, on most
+    lines) costs one lookup, not a helper call (each helper reads None as absent).
+    """
     get = record.get
     task_id, task_type = require_ids(record)
-    created = _instant(get(ev.F_CREATED_AT), ev.F_CREATED_AT)
-    unknown = record.keys() - _KNOWN_FIELDS
-    per_minute = _number(get(ev.F_MAX_PER_MINUTE), ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
-    return Task(
+    value = get(ev.F_CREATED_AT)
+    created = None if value is None else _instant(value, ev.F_CREATED_AT)
+    unknown = () if _KNOWN_FIELDS.issuperset(record) else record.keys() - _KNOWN_FIELDS
+    value = get(ev.F_EXECUTE_AT)
+    execute_at = None if value is None else _since_creation(record, ev.F_EXECUTE_AT, created)
+    value = get(ev.F_RETRY_AFTER_TIME)
+    retry_after_time = (
+        None if value is None else _since_creation(record, ev.F_RETRY_AFTER_TIME, created)
+    )
+    value = get(ev.F_MAX_PER_MINUTE)
+    per_minute = (
+        0.0 if value is None else _number(value, ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
+    )
+    value = get(ev.F_MAX_EXECUTION_EXACT)
+    limit = None if value is None else _positive(value, ev.F_MAX_EXECUTION_EXACT)
+    if limit is None:
+        value = get(ev.F_MAX_EXECUTION_SECONDS)
+        limit = None if value is None else _positive(value, ev.F_MAX_EXECUTION_SECONDS)
+    value = get(ev.F_CRON_TEXT)
+    cron = None if value is None else _text(value)
+    if cron is None:
+        value = get(ev.F_CRON)
+        cron = None if value is None else _text(value)
+    value = get(ev.F_TRIGGER_AFTER_IDS)
+    value_max_delay = get(ev.F_RETRY_MAX_DELAY)
+    return build(
         id=task_id,
         type=task_type,
         data=_data(get(ev.F_TASK_DATA)),
@@ -231,23 +246,24 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
         ),
         retry_count=int(_number(get(ev.F_RETRY_COUNT), ev.F_RETRY_COUNT, 0, low=0)),
         urgency=_number(get(ev.F_URGENCY), ev.F_URGENCY, 0.0),
-        execute_at=_since_creation(record, ev.F_EXECUTE_AT, created),
-        retry_after_time=_since_creation(record, ev.F_RETRY_AFTER_TIME, created),
-        cron=_text(get(ev.F_CRON_TEXT)) or _text(get(ev.F_CRON)),
+        execute_at=execute_at,
+        retry_after_time=retry_after_time,
+        cron=cron,
         webhook_url=_text(get(ev.F_WEBHOOK_URL)),
-        max_execution_seconds=_positive(
-            get(ev.F_MAX_EXECUTION_EXACT), ev.F_MAX_EXECUTION_EXACT
-        ) or _positive(get(ev.F_MAX_EXECUTION_SECONDS), ev.F_MAX_EXECUTION_SECONDS),
+        max_execution_seconds=limit,
         pool=_text(get(ev.F_POOL)),
         rate_group=_text(get(ev.F_RATE_GROUP)),
         max_per_minute=int(per_minute) or None,
         auto_dedupe=get(ev.F_AUTO_DEDUPE) is True,
         fingerprint=_text(get(ev.F_FINGERPRINT)),
-        parents=_parents(get(ev.F_TRIGGER_AFTER_IDS)),
+        parents=() if value is None else _parents(value),
         last_error=record_error(record),
         created_at=created,
         retry_backoff=_text(get(ev.F_RETRY_BACKOFF)),
-        retry_max_delay=_positive(get(ev.F_RETRY_MAX_DELAY), ev.F_RETRY_MAX_DELAY),
+        retry_max_delay=(
+            None if value_max_delay is None
+            else _positive(value_max_delay, ev.F_RETRY_MAX_DELAY)
+        ),
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
         attempt=attempt,
@@ -264,48 +280,59 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
     created = task.created_at
     executes = task.execute_at if task.execute_at is not None else created
     retries = task.retry_after_time if task.retry_after_time is not None else created
-    record: dict[str, Any] = dict(task.extra)
-    record.update(
-        {
-            ev.F_TASK_ID: task.id,
-            ev.F_TASK_TYPE: task.type,
-            ev.F_TASK_DATA: task.data,
-            ev.F_RETRY_COUNT: task.retry_count,
-            ev.F_MAX_RETRIES: task.max_retries,
-            ev.F_RETRY_AFTER_HOURS: task.retry_after_hours,
-            ev.F_RETRY_AFTER_TIME: _fmt(retries),
-            ev.F_EXECUTE_AT: _fmt(executes),
-            ev.F_DELETED_AT: _fmt(deleted_at),
-            ev.F_URGENCY: task.urgency,
-        }
-    )
-    _put(record, ev.F_RATE_GROUP, task.rate_group)
-    _put(record, ev.F_MAX_PER_MINUTE, task.max_per_minute)
+    core = {
+        ev.F_TASK_ID: task.id,
+        ev.F_TASK_TYPE: task.type,
+        ev.F_TASK_DATA: task.data,
+        ev.F_RETRY_COUNT: task.retry_count,
+        ev.F_MAX_RETRIES: task.max_retries,
+        ev.F_RETRY_AFTER_HOURS: task.retry_after_hours,
+        ev.F_RETRY_AFTER_TIME: None if retries is None else _format_cached(retries),
+        ev.F_EXECUTE_AT: None if executes is None else _format_cached(executes),
+        ev.F_DELETED_AT: None if deleted_at is None else _format_cached(deleted_at),
+        ev.F_URGENCY: task.urgency,
+    }
+    record: dict[str, Any]
+    if task.extra:  # fields we do not know come first, as they were read
+        record = dict(task.extra)
+        record.update(core)
+    else:
+        record = core
+    # The optional fields (``_put``'s rule: absent when None, empty or False), inline:
+    # every enqueue and outcome writes one of these records.
+    if task.rate_group is not None:
+        record[ev.F_RATE_GROUP] = task.rate_group
+    if task.max_per_minute is not None:
+        record[ev.F_MAX_PER_MINUTE] = task.max_per_minute
     _put(record, ev.F_AUTO_DEDUPE, task.auto_dedupe)
-    _put(record, ev.F_FINGERPRINT, task.fingerprint)
+    if task.fingerprint is not None:
+        record[ev.F_FINGERPRINT] = task.fingerprint
     if task.cron is not None:
         readable = snerdmq_cron(task.cron)
         if readable is None:
             record[ev.F_CRON] = task.cron
         else:  # SnerdMQ's form where it reads it; ours as given beside it
             record[ev.F_CRON], record[ev.F_CRON_TEXT] = readable, task.cron
-    _put(record, ev.F_WEBHOOK_URL, task.webhook_url)
+    if task.webhook_url is not None:
+        record[ev.F_WEBHOOK_URL] = task.webhook_url
     limit = task.max_execution_seconds
     if limit is not None:
         whole = float(limit).is_integer()
         record[ev.F_MAX_EXECUTION_SECONDS] = int(limit) if whole else math.ceil(limit)
         if not whole:
             record[ev.F_MAX_EXECUTION_EXACT] = limit
-    _put(record, ev.F_POOL, task.pool)
-    _put(record, ev.F_TRIGGER_AFTER_IDS, task.parents)
+    if task.pool is not None:
+        record[ev.F_POOL] = task.pool
+    if task.parents:
+        _put(record, ev.F_TRIGGER_AFTER_IDS, task.parents)
     if task.last_error is not None:
         record[ev.F_LAST_ERROR] = {"error": task.last_error, "retry_worthy": True}
         record[ev.F_LAST_ERROR_TEXT] = task.last_error
-    _put(record, ev.F_CREATED_AT, _fmt(task.created_at))
-    _put(record, ev.F_RETRY_BACKOFF, task.retry_backoff)
-    _put(record, ev.F_RETRY_MAX_DELAY, task.retry_max_delay)
+    if created is not None:
+        record[ev.F_CREATED_AT] = _format_cached(created)
+    if task.retry_backoff is not None:
+        record[ev.F_RETRY_BACKOFF] = task.retry_backoff
+    if task.retry_max_delay is not None:
+        record[ev.F_RETRY_MAX_DELAY] = task.retry_max_delay
     return record
 
-
-def _fmt(instant: float | None) -> str | None:
-    return None if instant is None else _format_cached(instant)
