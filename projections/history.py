@@ -371,6 +371,7 @@ class Audit(_Fold):
         fresh = from_tables(
             state.tasks, state.dlq, state.windows,
             n=state.n, last_seq=state.last_seq, invalid=state.invalid,
+            counters=state.counters, histograms=state.histograms,
         )  # fmt: skip
         self.folder = Folder(fresh)
 
