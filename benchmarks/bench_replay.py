@@ -43,7 +43,8 @@ import orjson
 
 from benchmarks.bench_fold import _lifecycle
 from snerd.eventlog.chain import GENESIS, Chain
-from snerd.tools.replay import indexed_history, open_source
+from snerd.tools.replay_fast import indexed_history
+from snerd.tools.replay_source import open_source
 
 
 def generate(storage: Path, tasks: int, window: int = 3000) -> tuple[Path, int]:

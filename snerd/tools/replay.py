@@ -17,12 +17,10 @@ exist or holds no log, or an unknown ``--task``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +28,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from snerd.eventlog.base import Record, SkippedLine
+from snerd.eventlog.base import SkippedLine
 from snerd.eventlog.chain import Break, ChainReport, verify_plain_aside
-from snerd.projections import events as ev
-from snerd.projections.census import Census, CheckedCensus, NotCensus, Tally
-from snerd.projections.events import record_time
+from snerd.projections.census import Tally
 from snerd.projections.history import (
-    Audit,
     History,
     Problem,
     TaskHistory,
@@ -45,93 +40,26 @@ from snerd.projections.history import (
     until,
 )
 from snerd.projections.schedule import format_instant
-from snerd.projections.task import record_error
 from snerd.tools import kit
-from snerd.tools.replay_checks import EDGE_YEARS, CheckedRow, Verifier
+from snerd.tools.replay_checks import Verifier
+from snerd.tools.replay_fast import (
+    ensure_index,
+    fast_replay,
+    history_of,
+    indexed_history,
+    noting_parents,
+)
+from snerd.tools.replay_source import (
+    Source,
+    UsageProblem,
+    open_source,
+    progress_total,
+    with_progress,
+)
+
+__all__ = ["history_of", "replay"]
 
 PIPE_WIDTH = 160  # columns when stdout is not a terminal (no wrapping of times and ids)
-PROGRESS_LINES = 100_000  # show a progress bar above this many lines (on a terminal)
-PROGRESS_MIN_BYTES = 4 << 20  # below this, do not even count lines
-
-
-class UsageProblem(Exception):
-    """Bad usage or an unusable PATH: exit 2 with this message."""
-
-
-@dataclass(slots=True)
-class Source:
-    """Where the records come from, and the lines that had to be skipped."""
-
-    path: Path | str  # a storage dir or log file, or a postgresql:// URL
-    files: list[Path]
-    skipped: list[SkippedLine] = field(default_factory=list)
-    read: int = 0  # records read (a file none of whose lines is one is not a log)
-    ambiguous: dict[str, None] = field(default_factory=dict)
-    """Tasks whose last line is a SnerdMQ tombstone that may be a dead letter (below)."""
-
-    @property
-    def directory(self) -> Path | None:
-        """The storage directory read (its index may serve), or None: a log file given
-        alone, or a PostgreSQL queue."""
-        return self.path if isinstance(self.path, Path) and self.path.is_dir() else None
-
-    def items(self) -> Iterator[Record | SkippedLine]:
-        from snerd.eventlog.history import iter_history, read_records
-        from snerd.eventlog.storage import open_history
-
-        if isinstance(self.path, str):
-            return open_history(self.path)
-        if self.path.is_dir():
-            return iter_history(self.path)
-        return read_records(self.path)
-
-    def records(self, *, keep_skipped: bool = True) -> Iterator[Record]:
-        """Every record in order; skipped lines are kept in ``skipped``."""
-        from snerd.errors import LogError
-
-        try:
-            for item in self.items():
-                if not isinstance(item, SkippedLine):
-                    self.read += 1
-                    self._note_ambiguity(item)
-                    yield item
-                elif keep_skipped:
-                    self.skipped.append(item)
-        except LogError as exc:
-            raise UsageProblem(str(exc)) from None
-
-
-    def _note_ambiguity(self, record: Record) -> None:
-        """SnerdMQ writes no error on the line that dead-letters a task with
-        ``maxRetries`` 0: its tombstone reads as a success (log-format §5)."""
-        task_id = record.get(ev.F_TASK_ID)
-        if not isinstance(task_id, str):
-            return
-        self.ambiguous.pop(task_id, None)
-        if (ev.F_EVENT not in record and record.get(ev.F_DELETED_AT)
-                and record.get(ev.F_MAX_RETRIES) == 0 and record_error(record) is None):
-            self.ambiguous[task_id] = None
-
-
-def open_source(path: Path | str) -> Source:
-    """The log(s) at ``path``; raises UsageProblem when there is nothing to read."""
-    from snerd.errors import LogError
-    from snerd.eventlog.history import history_files
-
-    if isinstance(path, str):  # a postgresql:// URL: the rows are read as they stream
-        return Source(path, [])
-
-    if not path.exists():
-        raise UsageProblem(f"{path} does not exist")
-    if path.is_file():
-        return Source(path, [path])
-    try:
-        files = history_files(path)
-    except LogError as exc:
-        raise UsageProblem(str(exc)) from None
-    if not files:
-        raise UsageProblem(f"no log in {path} (expected {path / 'tasks' / 'tasks.log'})")
-    return Source(path, files)
 
 
 def parse_at(text: str | None) -> float | None:
@@ -155,37 +83,6 @@ def parse_at(text: str | None) -> float | None:
 
 
 # --- the replay -----------------------------------------------------------------------
-
-
-def count_lines(files: list[Path]) -> int:
-    total = 0
-    for path in files:
-        with open(path, "rb") as f:
-            while chunk := f.read(8 << 20):
-                total += chunk.count(b"\n")
-    return total
-
-
-def _with_progress(records: Iterator[Mapping[str, Any]], total: int) -> Iterator[Mapping[str, Any]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=kit.console(stderr=True), transient=True) as progress:
-        bar = progress.add_task("replay", total=total)
-        for n, record in enumerate(records, 1):
-            if n % 16384 == 0:
-                progress.update(bar, completed=n)
-            yield record
-
-
-def progress_total(source: Source) -> int | None:
-    """The line count for a progress bar, or None when no bar is due."""
-    if not sys.stderr.isatty():
-        return None
-    if sum(p.stat().st_size for p in source.files) < PROGRESS_MIN_BYTES:
-        return None
-    lines = count_lines(source.files)
-    return lines if lines > PROGRESS_LINES else None
 
 
 def run_replay(
@@ -221,7 +118,7 @@ def run_replay(
     records: Iterator[Mapping[str, Any]] = source.records()
     total = progress_total(source)
     if total is not None:
-        records = _with_progress(records, total)
+        records = with_progress(records, total)
     if at is not None:
         records = until(records, at)
     if verify:
@@ -230,173 +127,12 @@ def run_replay(
         return history, history.tasks.get(task) if task is not None else None
     parents: set[str] = set()
     if task is not None:
-        records = _noting_parents(records, task, parents)
+        records = noting_parents(records, task, parents)
     history = summarize(records, now)
     if task is None or task not in history.tasks:
         return history, None
     again = source.records(keep_skipped=False)
     return history, history_of(again if at is None else until(again, at), task, parents, now)
-
-
-def ensure_index(source: Source) -> None:
-    """Build or extend the per-task index of a storage directory (the paths that do
-    not scan with the census build it apart); a log it cannot read is left to the
-    replay to report."""
-    from snerd.errors import LogError
-    from snerd.eventlog import index as idx
-
-    if source.directory is not None:
-        with contextlib.suppress(LogError):
-            idx.fresh_index(source.directory, entries=False)
-
-
-def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
-    """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
-    the log holds a record only the full summary judges. Builds the per-task index
-    of a storage directory on the way when it has none (or extends it after).
-    ``checked``: a census that also vouches there is no problem ``--verify`` would
-    name (None when there might be one)."""
-    from snerd.errors import LogError
-    from snerd.eventlog import index as idx
-    from snerd.eventlog.scan import Row
-
-    if isinstance(source.path, str):
-        return None  # a PostgreSQL queue has no files to scan: the full summary reads it
-    storage = source.directory
-    build = None
-    if storage is not None:
-        old = idx.read_index(storage, entries=False)
-        if old is None or idx.resume_point(old, source.files) is None:
-            build = idx.Builder()
-    try:
-        scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
-                              suspect=EDGE_YEARS if checked else ())  # fmt: skip
-        census = CheckedCensus() if checked else Census()
-        skipped: list[SkippedLine] = []
-        for batch in _scan_progress(scanner, source):
-            skipped.extend(batch.skipped)
-            if batch.odd:
-                return None
-            census.feed(batch.rows, batch.places)
-            if build is not None:
-                build.add(batch)
-        live = [record for _, record in idx.read_places(source.files, census.live_places())]
-    except NotCensus:
-        return None
-    except LogError as exc:
-        raise UsageProblem(str(exc)) from None
-    source.skipped.extend(skipped)
-    source.read += census.events
-    if storage is not None:
-        with contextlib.suppress(LogError):  # the index is derived: the next reader builds it
-            if build is not None:
-                idx.write_index(storage, scanner, build)
-            else:
-                idx.fresh_index(storage, entries=False)
-    return census.finish(live, now)
-
-
-def _scan_progress(scanner: Any, source: Source) -> Iterator[Any]:
-    """The scan's batches, with a progress bar (bytes) on a large log on a terminal."""
-    batches = scanner.batches()
-    sizes = [p.stat().st_size for p in source.files]
-    total = sum(sizes)
-    if not sys.stderr.isatty() or total < PROGRESS_MIN_BYTES * 8:
-        yield from batches
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-    columns = (TextColumn("replaying"), BarColumn(), DownloadColumn())
-    with Progress(*columns, console=kit.console(stderr=True), transient=True) as progress:
-        bar = progress.add_task("replay", total=total)
-        for batch in batches:
-            yield batch
-            progress.update(bar, completed=sum(sizes[: batch.file]) + batch.end)
-
-
-def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHistory | None]:
-    """(True, ``task``'s history) from the per-task index; (False, None) when the index
-    cannot tell (a log file given alone, or a record without ``ts``, whose clock only
-    a rescan knows)."""
-    from snerd.errors import LogError
-    from snerd.eventlog import index as idx
-
-    if source.directory is None:
-        return False, None
-    try:
-        index = idx.fresh_index(source.directory)
-        return _indexed_history(index, source, task, now)
-    except LogError:
-        return False, None  # a file went away under the lookup: rescan
-
-
-def _indexed_history(
-    index: Any, source: Source, task: str, now: float
-) -> tuple[bool, TaskHistory | None]:
-    wanted = {task}
-    found = _named(index, task)
-    parents: set[str] = set()
-    for _, record in found:
-        if _names(record, wanted):
-            ids = record.get(ev.F_TRIGGER_AFTER_IDS)
-            if isinstance(ids, list):
-                parents.update(p for p in ids if isinstance(p, str))
-    merged = dict(found)
-    for parent in parents - wanted:
-        merged.update(_named(index, parent))
-    records = [merged[p] for p in sorted(merged)]
-    if any(record_time(r) is None for r in records):
-        return False, None
-    if not any(_names(r, wanted) for r in records):
-        return True, None
-    return True, history_of(records, task, parents, now)
-
-
-def _named(index: Any, task: str) -> list[tuple[int, Mapping[str, Any]]]:
-    from snerd.eventlog import index as idx
-
-    ids = {task}
-    places = index.places_of(task)
-    return [(p, r) for p, r in idx.read_places(index.paths, places) if _names(r, ids)]
-
-
-def _noting_parents(
-    records: Iterable[Mapping[str, Any]], task: str, parents: set[str]
-) -> Iterator[Mapping[str, Any]]:
-    for record in records:
-        if _names(record, {task}):
-            found = record.get(ev.F_TRIGGER_AFTER_IDS)
-            if isinstance(found, list):
-                parents.update(p for p in found if isinstance(p, str))
-        yield record
-
-
-def _names(record: Mapping[str, Any], ids: Container[str]) -> bool:
-    task_id, key = ev.task_id_of(record), record.get(ev.F_DLQ_KEY)
-    return (isinstance(task_id, str) and task_id in ids) or (bool(key) and str(key) in ids)
-
-
-def history_of(
-    records: Iterable[Mapping[str, Any]], task: str, parents: Iterable[str], now: float | None
-) -> TaskHistory | None:
-    """``task``'s full history, folding only the records that name it or a parent
-    (every parent it ever had). Equal to :func:`audit`'s: a task's state depends on its
-    own records and on whether each parent is live or dead-lettered, which depends
-    only on the parent's records. Each record is judged at the full stream's clock."""
-    wanted = {task, *parents}
-    auditor = Audit(keep=lambda task_id: task_id == task, now=now)
-    clock: float | None = None
-    for record in records:
-        if _names(record, wanted):
-            auditor.clock = clock
-            auditor.add(record)
-        seen = record_time(record)
-        if seen is not None:
-            clock = seen
-    return auditor.finish(now).tasks.get(task)
-
-
-# --- output ---------------------------------------------------------------------------
 
 
 def summary(history: History, source: Source) -> dict[str, Any]:

@@ -115,7 +115,7 @@ def gather(storage: Path | str, console: Console, *,
         return collect(load(storage))
 
     def total() -> int:
-        from snerd.tools.replay import count_lines
+        from snerd.tools.replay_source import count_lines
 
         storage_ = kit.existing_storage(storage)
         layout = resolve(storage_)

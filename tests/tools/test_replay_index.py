@@ -17,13 +17,8 @@ from snerd.eventlog.base import SkippedLine
 from snerd.eventlog.history import iter_history
 from snerd.eventlog.scan import Odd, history_paths, scan_history
 from snerd.projections.history import audit, summarize
-from snerd.tools.replay import (
-    _noting_parents,
-    fast_replay,
-    history_of,
-    indexed_history,
-    open_source,
-)
+from snerd.tools.replay_fast import fast_replay, history_of, indexed_history, noting_parents
+from snerd.tools.replay_source import open_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
 import loggen
@@ -67,7 +62,7 @@ def build_storage(root: Path, records: list[dict[str, Any]], cuts: list[int],
 def full_history(storage: Path, task: str) -> Any:
     records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
     parents: set[str] = set()
-    for _ in _noting_parents(records, task, parents):
+    for _ in noting_parents(records, task, parents):
         pass
     return history_of(records, task, parents, NOW)
 
