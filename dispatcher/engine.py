@@ -299,7 +299,9 @@ class Engine:
         refusal or a dedupe verdict says why not (:meth:`enqueue_soon`, awaited)."""
         return await self.enqueue_soon(cmd)
 
-    def enqueue_soon(self, cmd: Enqueue) -> asyncio.Future[EnqueueOutcome]:
+    def enqueue_soon(
+        self, cmd: Enqueue, reply: Callable[[asyncio.Future[EnqueueOutcome]], None] | None = None
+    ) -> asyncio.Future[EnqueueOutcome]:
         """Submit an enqueue now; the future resolves with its outcome once durable.
 
         When the task can run at once here, its claim is decided in the same batch (one
@@ -307,7 +309,9 @@ class Engine:
         and the attempt starts right after the future's own callbacks have run (so a
         daemon's ack goes out before the attempt's ``execute`` line). No coroutine, no
         task: the daemon answers each line from a callback. Once submitted, the enqueue
-        is written whether or not anyone still waits for the future."""
+        is written whether or not anyone still waits for the future. ``reply`` (if
+        given) is called with the resolved future first thing, then the attempt starts
+        in the same callback (one loop iteration for the ack and the ``execute``)."""
 
         def enqueue() -> tuple[list[Record], Any]:  # an enqueue never dead-letters
             decision = decide(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
@@ -315,6 +319,8 @@ class Engine:
 
         enqueued: asyncio.Future[EnqueueOutcome] = self.log.submit(enqueue, durable=True)
         if not self._may_claim():
+            if reply is not None:
+                enqueued.add_done_callback(reply)
             return enqueued
         reserved: Claimed = []
 
@@ -337,7 +343,13 @@ class Engine:
                 self.dispatcher.wake()  # the dispatcher claims it instead
             if not done.done():
                 _copy(enqueued, done)
-            if reserved:
+            if reply is not None:
+                try:
+                    reply(done)
+                finally:  # the claims are written: their attempts start whatever happened
+                    if reserved:
+                        self.dispatcher.begin_claimed(reserved)
+            elif reserved:
                 loop.call_soon(self.dispatcher.begin_claimed, reserved)
 
         claiming.add_done_callback(settle)

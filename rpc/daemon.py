@@ -31,7 +31,7 @@ from snerd.projections.task import Task
 from snerd.rpc import logs
 from snerd.rpc import protocol as p
 from snerd.rpc.handlers import answer, answer_enqueue, answer_progress, answer_result
-from snerd.rpc.output import Output, open_input
+from snerd.rpc.output import Lines, Output, open_input
 
 log = logging.getLogger("snerd.daemon")
 
@@ -91,30 +91,6 @@ class Session:
 
     async def close(self) -> None:
         await self.out.drain()
-
-
-async def _read_lines(reader: asyncio.StreamReader, session: Session, engine: Engine,
-                      clock: Clock) -> None:  # fmt: skip
-    """Read stdin until EOF; every line is answered or acted on, none is fatal."""
-    buffer = b""
-    skipping = False  # inside a line that is already known to be too long
-    while chunk := await reader.read(1 << 16):
-        buffer += chunk
-        if skipping:
-            end = buffer.find(b"\n")
-            if end < 0:
-                buffer = b""
-                continue
-            buffer, skipping = buffer[end + 1 :], False
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            _handle_safely(line, session, engine, clock)
-        if len(buffer) > p.MAX_LINE_BYTES:
-            message = f"line exceeds {p.MAX_LINE_BYTES} bytes"
-            session.out.write(p.error(message, code=p.LINE_TOO_LONG))
-            buffer, skipping = b"", True
-    if buffer and not skipping:
-        _handle_safely(buffer, session, engine, clock)  # a last line without its newline
 
 
 def _handle_safely(line: bytes, session: Session, engine: Engine, clock: Clock) -> None:
@@ -217,17 +193,25 @@ async def serve(
     hurried.append(engine)
     await engine.start()
     cleanup = None if extend is None else await extend(engine, env)
-    reader = await open_input(stdin or sys.stdin)
-    reading = loop.create_task(_read_lines(reader, session, engine, clock))
+    def too_long() -> None:
+        message = f"line exceeds {p.MAX_LINE_BYTES} bytes"
+        session.out.write(p.error(message, code=p.LINE_TOO_LONG))
+
+    lines = Lines(lambda line: _handle_safely(line, session, engine, clock), too_long,
+                  p.MAX_LINE_BYTES)  # fmt: skip
+    await open_input(stdin or sys.stdin, lines)
+    reading = lines.closed  # every line is answered or acted on, none is fatal; EOF ends
     fatal = loop.create_task(file_log.wait_fatal())
     stopping = loop.create_task(stop.wait())
-    await asyncio.wait({reading, stopping, fatal}, return_when=asyncio.FIRST_COMPLETED)
+    first: set[asyncio.Future[Any]] = {reading, stopping, fatal}
+    await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     if fatal.done():
         return await _fail_for_good(fatal.result(), out, cleanup, reading, stopping)
     engine.stop_claiming()
     log.info("draining (%s): no new claims", "stdin closed" if reading.done() else "signal")
     draining = loop.create_task(engine.drain())
-    await asyncio.wait({reading, draining}, return_when=asyncio.FIRST_COMPLETED)
+    then: set[asyncio.Future[Any]] = {reading, draining}
+    await asyncio.wait(then, return_when=asyncio.FIRST_COMPLETED)
     if reading.done():  # stdin EOF: no result can come back for what the SDK holds
         with contextlib.suppress(LogError):  # storage down: liveness releases them
             await _release_sent(session, engine)
@@ -245,7 +229,7 @@ async def serve(
 
 
 async def _fail_for_good(reason: BaseException, out: Output, cleanup: Any,
-                         *tasks: asyncio.Task[Any]) -> int:  # fmt: skip
+                         *tasks: asyncio.Future[Any]) -> int:  # fmt: skip
     """The log cannot continue (storage gone or unreadable for too long): say why on
     stderr and exit non-zero, so that the SDK can respawn a daemon."""
     print(f"snerdmq: exiting: {reason}", file=sys.stderr, flush=True)

@@ -43,7 +43,7 @@ def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
         except Exception as exc:
             out.write(_failed(command, exc))
 
-    engine.enqueue_soon(command).add_done_callback(reply)
+    engine.enqueue_soon(command, reply)
 
 
 def answer_result(command: p.Result, engine: Engine, out: Output) -> None:

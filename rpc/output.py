@@ -8,6 +8,7 @@ import os
 import select
 import stat
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -80,20 +81,72 @@ def _read_blocking(fd: int) -> bytes:
             select.select([fd], [], [])
 
 
-async def open_input(stream: Any) -> asyncio.StreamReader:
-    """A reader over stdin: the loop's pipe transport for pipes and sockets, a
+class Lines:
+    """Splits a byte stream into lines and hands each to ``on_line`` the moment its
+    chunk arrives (from the transport's own callback: no task wakes up per read). A
+    line longer than ``max_bytes`` is dropped whole and reported to ``too_long`` once.
+    ``closed`` resolves at EOF, after the last line (one without its newline too)."""
+
+    def __init__(self, on_line: Callable[[bytes], None], too_long: Callable[[], None],
+                 max_bytes: int) -> None:  # fmt: skip
+        self._on_line = on_line
+        self._too_long = too_long
+        self._max = max_bytes
+        self._buffer = b""
+        self._skipping = False  # inside a line that is already known to be too long
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def feed(self, chunk: bytes) -> None:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if self._skipping:
+            end = buffer.find(b"\n")
+            if end < 0:
+                self._buffer = b""
+                return
+            buffer, self._skipping = buffer[end + 1 :], False
+        *lines, self._buffer = buffer.split(b"\n")
+        for line in lines:
+            self._on_line(line)
+        if len(self._buffer) > self._max:
+            self._too_long()
+            self._buffer, self._skipping = b"", True
+
+    def eof(self) -> None:
+        if self.closed.done():
+            return
+        if self._buffer and not self._skipping:
+            self._on_line(self._buffer)  # a last line without its newline
+        self._buffer = b""
+        self.closed.set_result(None)
+
+
+class _LinesProtocol(asyncio.Protocol):
+    def __init__(self, lines: Lines) -> None:
+        self._lines = lines
+
+    def data_received(self, data: bytes) -> None:
+        self._lines.feed(data)
+
+    def eof_received(self) -> bool | None:
+        self._lines.eof()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lines.eof()
+
+
+async def open_input(stream: Any, lines: Lines) -> None:
+    """Feed ``lines`` from stdin: the loop's pipe transport for pipes and sockets, a
     reading thread for anything else (a file, /dev/null, a terminal)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
     fd = stream.fileno()
     if _is_pipe(fd):
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stream)
-        return reader
+        await loop.connect_read_pipe(lambda: _LinesProtocol(lines), stream)
+        return
 
     def pump() -> None:
         while chunk := _read_blocking(fd):
-            loop.call_soon_threadsafe(reader.feed_data, chunk)
-        loop.call_soon_threadsafe(reader.feed_eof)
+            loop.call_soon_threadsafe(lines.feed, chunk)
+        loop.call_soon_threadsafe(lines.eof)
 
     threading.Thread(target=pump, name="snerd-stdin", daemon=True).start()
-    return reader
