@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -39,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 
 import orjson
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from benchmarks.bench_pg import (
     CONCURRENCY,
@@ -197,9 +198,7 @@ async def daemons(url: str, count: int, n: int, work: Path) -> float:
 
 
 def _db_url(url: str, dbname: str) -> str:
-    params = conninfo_to_dict(url)
-    params["dbname"] = dbname
-    return make_conninfo(**params)
+    return make_conninfo(url, dbname=dbname)
 
 
 def _admin(url: str, statement: str) -> None:
@@ -245,10 +244,8 @@ async def peer(url: str, n: int) -> float:
                 await asyncio.sleep(0.005)
         elapsed = time.perf_counter() - t0
         worker.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(worker, 30)
-        except (asyncio.CancelledError, TimeoutError):
-            pass
     return n / elapsed
 
 
