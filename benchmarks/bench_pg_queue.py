@@ -52,6 +52,7 @@ from benchmarks.bench_pg import (
     log_concurrent,
     raw_concurrent,
 )
+from snerd.eventlog.postgres import sql
 from snerd.eventlog.postgres.log import PostgresLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,20 +66,31 @@ Figures = dict[str, list[float]]
 # ------------------------------------------------------------------ (A) appends
 
 
-async def appends(url: str, n: int) -> tuple[float, float, float]:
-    """(PostgresLog 32 appenders/s, 32 connections/s, appends per commit)."""
+TEXT_INSERT = sql.INSERT.replace("%b::bytea[]", "%s::bytea[]")
+"""PostgresLog's INSERT as it was before it sent the lines' array as ``%b`` (binary)."""
+
+
+async def raw_appends(url: str, n: int) -> float:
+    """The baseline: 32 connections, one ``INSERT`` + ``COMMIT`` per append."""
     table = RawTable(url)
     table.create()
     try:
-        raw = await raw_concurrent(table, _lines(n))
+        return await raw_concurrent(table, _lines(n))
     finally:
         table.drop()
+
+
+async def log_appends(url: str, n: int, insert: str = sql.INSERT) -> tuple[float, float]:
+    """(appends/s, appends per commit) of 32 appenders on PostgresLog, whose batch
+    INSERT is ``insert`` for the run (the lever's before/after)."""
     queue = f"bench-{uuid.uuid4().hex[:12]}"
+    saved, sql.INSERT = sql.INSERT, insert
     try:
         rate, commits = await log_concurrent(PostgresLog(_queue_url(url, queue), follow=False), n)
     finally:
+        sql.INSERT = saved
         drop_queue(url, queue)
-    return rate, raw, n / max(commits, 1)
+    return rate, n / max(commits, 1)
 
 
 # ------------------------------------------------------------------ (B) daemons
@@ -289,10 +301,14 @@ async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int)
     def order(xs: list[Any]) -> list[Any]:
         return xs if r % 2 == 0 else xs[::-1]
 
-    log_rate, raw_rate, per_commit = await appends(args.url, args.appends)
-    put("A/log", log_rate)
-    put("A/raw", raw_rate)
-    put("A/per-commit", per_commit)
+    for key in order(["A/raw", "A/log", "A/log-text"]):
+        if key == "A/raw":
+            put(key, await raw_appends(args.url, args.appends))
+            continue
+        insert = sql.INSERT if key == "A/log" else TEXT_INSERT
+        rate, per_commit = await log_appends(args.url, args.appends, insert)
+        put(key, rate)
+        put(f"{key}/per-commit", per_commit)
     for count in order([1, 4]):
         put(f"B/{count}", await daemons(args.url, count, args.tasks, work))
     runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
@@ -306,20 +322,24 @@ async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int)
 def _report(figures: Figures, args: argparse.Namespace) -> None:
     med = {k: statistics.median(v) for k, v in figures.items()}
 
-    def ratio(num: str, den: str, goal: float) -> str:
+    def ratio(num: str, den: str, goal: float | None = None) -> str:
         rs = [a / b for a, b in zip(figures[num], figures[den], strict=True)]
         r = statistics.median(rs)
         spread = f" [{min(rs):.2f}..{max(rs):.2f}]" if len(rs) > 1 else ""
-        verdict = "met" if r >= goal else "NOT met"
-        return f"{r:.2f}x{spread} (goal {goal:g}x: {verdict})"
+        if goal is None:
+            return f"{r:.2f}x{spread}"
+        return f"{r:.2f}x{spread} (goal {goal:g}x: {'met' if r >= goal else 'NOT met'})"
 
     def line(label: str, key: str, unit: str, note: str = "") -> None:
         print(f"  {label:<50}: {med[key]:9,.0f} {unit}  {note}")
 
     print(f"(A) durable appends, {CONCURRENCY} concurrent appenders, {args.appends:,} appends")
     line(f"{CONCURRENCY} psycopg connections, INSERT+COMMIT each", "A/raw", "appends/s", "(1.00x)")
+    per_commit = f"{med['A/log/per-commit']:.1f} appends/commit"
     line(f"PostgresLog, {CONCURRENCY} appenders (group commit)", "A/log", "appends/s",
-         f"{ratio('A/log', 'A/raw', 10)}; {med['A/per-commit']:.1f} appends/commit")  # fmt: skip
+         f"{ratio('A/log', 'A/raw', 10)}; {per_commit}")  # fmt: skip
+    line("  the same, the lines' array as %s (text; before)", "A/log-text", "appends/s",
+         f"{ratio('A/log-text', 'A/raw')}; %b / %s: {ratio('A/log', 'A/log-text')}")  # fmt: skip
     print(f"(B) {args.tasks:,} tasks of {HANDLER_SECONDS * 1000:.0f} ms end to end, snerdmq "
           f"daemons on one URL, {WORKERS} workers each")  # fmt: skip
     line("1 daemon", "B/1", "tasks/s", "(1.00x)")
