@@ -71,12 +71,40 @@ TEXT_INSERT = sql.INSERT.replace("%b::bytea[]", "%s::bytea[]")
 
 
 async def raw_appends(url: str, n: int) -> float:
-    """The baseline: 32 connections, one ``INSERT`` + ``COMMIT`` per append."""
+    """The baseline: 32 connections, one ``INSERT`` + ``COMMIT`` per append (the
+    ``unnest`` statement PostgresLog runs, one line; as in ``bench_pg``)."""
     table = RawTable(url)
     table.create()
     try:
         return await raw_concurrent(table, _lines(n))
     finally:
+        table.drop()
+
+
+async def raw_values(url: str, n: int) -> float:
+    """The baseline read literally: 32 connections, each append a plain
+    ``INSERT ... VALUES`` (the line as a binary parameter) and ``COMMIT``."""
+    table = RawTable(url)
+    table.create()
+    lines = _lines(n)
+    per = n // CONCURRENCY
+    insert = f"INSERT INTO {table.name} (queue, pos, line) VALUES (%s, %s, %b)"
+    conns = [await psycopg.AsyncConnection.connect(url, autocommit=True)
+             for _ in range(CONCURRENCY)]  # fmt: skip
+
+    async def appender(w: int) -> None:
+        for i in range(per):
+            pos = w * per + i
+            async with conns[w].transaction():
+                await conns[w].execute(insert, (table.queue, pos, lines[pos]))
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(appender(w) for w in range(CONCURRENCY)))
+        return per * CONCURRENCY / (time.perf_counter() - t0)
+    finally:
+        for conn in conns:
+            await conn.close()
         table.drop()
 
 
@@ -301,9 +329,10 @@ async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int)
     def order(xs: list[Any]) -> list[Any]:
         return xs if r % 2 == 0 else xs[::-1]
 
-    for key in order(["A/raw", "A/log", "A/log-text"]):
-        if key == "A/raw":
-            put(key, await raw_appends(args.url, args.appends))
+    for key in order(["A/raw", "A/raw-values", "A/log", "A/log-text"]):
+        if key.startswith("A/raw"):
+            run = raw_appends if key == "A/raw" else raw_values
+            put(key, await run(args.url, args.appends))
             continue
         insert = sql.INSERT if key == "A/log" else TEXT_INSERT
         rate, per_commit = await log_appends(args.url, args.appends, insert)
@@ -335,6 +364,9 @@ def _report(figures: Figures, args: argparse.Namespace) -> None:
 
     print(f"(A) durable appends, {CONCURRENCY} concurrent appenders, {args.appends:,} appends")
     line(f"{CONCURRENCY} psycopg connections, INSERT+COMMIT each", "A/raw", "appends/s", "(1.00x)")
+    line("  the same, a plain INSERT ... VALUES", "A/raw-values", "appends/s",
+         f"({ratio('A/raw-values', 'A/raw')}; PostgresLog / this: "
+         f"{ratio('A/log', 'A/raw-values')})")  # fmt: skip
     per_commit = f"{med['A/log/per-commit']:.1f} appends/commit"
     line(f"PostgresLog, {CONCURRENCY} appenders (group commit)", "A/log", "appends/s",
          f"{ratio('A/log', 'A/raw', 10)}; {per_commit}")  # fmt: skip
