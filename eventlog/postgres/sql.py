@@ -16,9 +16,11 @@ READ = (
 )
 """The queue's generation and the next lines after ``pos``, in one snapshot."""
 
+# The lines' array goes as %b (binary): %s would send it as a hex-encoded text array,
+# twice the bytes, and the server's parsing (benchmarks/README.md, bench_pg).
 INSERT = (
     f"INSERT INTO {SCHEMA}.log (queue, pos, line)"
-    " SELECT %s, %s + t.n, t.line FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(line, n)"
+    " SELECT %s, %s + t.n, t.line FROM unnest(%b::bytea[]) WITH ORDINALITY AS t(line, n)"
 )
 NOTIFY = "SELECT pg_notify(%s, %s)"
 TOUCH_XID = "SELECT pg_current_xact_id()"

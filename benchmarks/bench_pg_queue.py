@@ -1,0 +1,435 @@
+"""Issue 10's "Done when" figures on PostgreSQL, each a ratio against a baseline run in
+the same invocation:
+
+    python -m benchmarks.bench_pg_queue [--url URL] [--appends N] [--tasks N]
+                                        [--peer-tasks N] [--rounds R] [--quick]
+
+(A) durable appends/s of 32 concurrent appenders on ``PostgresLog`` (group commit)
+    against 32 concurrent appenders each on its own psycopg connection doing one
+    ``INSERT`` + ``COMMIT`` per append (goal: at least 10x);
+(B) tasks/s end to end through 4 ``snerdmq URL`` daemons on one queue, 8 workers each,
+    against one such daemon, handlers of 20 ms (``asyncio.sleep(0.02)`` in the stdio
+    client answering ``execute``); tasks enqueued round robin over the daemons, all
+    pipelined at once (goal: 4 daemons at least 3x one);
+(C) the same no-op tasks through procrastinate (its worker started first, concurrency
+    8, in this process) against our embedded ``snerd.Queue(URL, max_workers=8)``, both
+    enqueued concurrently (``asyncio.gather``) after the worker runs (goal: ours at
+    least 3x). procrastinate gets a database of its own, created and dropped here.
+
+Both sides of every ratio run back to back in each round, in alternating order; rates
+are medians, ratios medians of the per-round ratios. Every queue is fresh (rows deleted
+after). The server and both sides share the machine (say so when quoting figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from benchmarks.bench_pg import (
+    CONCURRENCY,
+    DEFAULT_URL,
+    RawTable,
+    _lines,
+    _queue_url,
+    drop_queue,
+    log_concurrent,
+    raw_concurrent,
+)
+from snerd.eventlog.postgres import sql
+from snerd.eventlog.postgres.log import PostgresLog
+
+REPO = Path(__file__).resolve().parents[1]
+DAEMON = "import sys; from snerd.rpc.daemon import main; sys.exit(main())"
+WORKERS = 8
+HANDLER_SECONDS = 0.02
+PEER_DB = "bench_procrastinate"
+
+Figures = dict[str, list[float]]
+
+# ------------------------------------------------------------------ (A) appends
+
+
+TEXT_INSERT = sql.INSERT.replace("%b::bytea[]", "%s::bytea[]")
+"""PostgresLog's INSERT as it was before it sent the lines' array as ``%b`` (binary)."""
+
+
+async def raw_appends(url: str, n: int) -> float:
+    """The baseline: 32 connections, one ``INSERT`` + ``COMMIT`` per append (the
+    ``unnest`` statement PostgresLog runs, one line; as in ``bench_pg``)."""
+    table = RawTable(url)
+    table.create()
+    try:
+        return await raw_concurrent(table, _lines(n))
+    finally:
+        table.drop()
+
+
+async def raw_values(url: str, n: int) -> float:
+    """The baseline read literally: 32 connections, each append a plain
+    ``INSERT ... VALUES`` (the line as a binary parameter) and ``COMMIT``."""
+    table = RawTable(url)
+    table.create()
+    lines = _lines(n)
+    per = n // CONCURRENCY
+    insert = f"INSERT INTO {table.name} (queue, pos, line) VALUES (%s, %s, %b)"
+    conns = [await psycopg.AsyncConnection.connect(url, autocommit=True)
+             for _ in range(CONCURRENCY)]  # fmt: skip
+
+    async def appender(w: int) -> None:
+        for i in range(per):
+            pos = w * per + i
+            async with conns[w].transaction():
+                await conns[w].execute(insert, (table.queue, pos, lines[pos]))
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(appender(w) for w in range(CONCURRENCY)))
+        return per * CONCURRENCY / (time.perf_counter() - t0)
+    finally:
+        for conn in conns:
+            await conn.close()
+        table.drop()
+
+
+async def log_appends(url: str, n: int, insert: str = sql.INSERT) -> tuple[float, float]:
+    """(appends/s, appends per commit) of 32 appenders on PostgresLog, whose batch
+    INSERT is ``insert`` for the run (the lever's before/after)."""
+    queue = f"bench-{uuid.uuid4().hex[:12]}"
+    saved, sql.INSERT = sql.INSERT, insert
+    try:
+        rate, commits = await log_concurrent(PostgresLog(_queue_url(url, queue), follow=False), n)
+    finally:
+        sql.INSERT = saved
+        drop_queue(url, queue)
+    return rate, n / max(commits, 1)
+
+
+# ------------------------------------------------------------------ (B) daemons
+
+
+class Daemon:
+    """One ``snerdmq URL`` process driven over stdio; its client answers every
+    ``execute`` after HANDLER_SECONDS (many at once: the daemon's 8 workers bound it)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.proc, self.stdin, self.stdout = proc, proc.stdin, proc.stdout
+        self.executed = 0
+        self.pending: set[asyncio.Task[None]] = set()
+        self.idle: asyncio.Future[bool] | None = None
+
+    @classmethod
+    async def spawn(cls, url: str, workdir: Path) -> Daemon:
+        workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SNERD_MAX_WORKERS": str(WORKERS), "PYTHONPATH": str(REPO)}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", DAEMON, url, cwd=workdir, env=env, limit=1 << 22,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return cls(proc)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.stdin.write(orjson.dumps(msg) + b"\n")
+
+    async def recv(self) -> dict[str, Any]:
+        line = await self.stdout.readline()
+        if not line:
+            raise RuntimeError(f"daemon exited (code {self.proc.returncode})")
+        message: dict[str, Any] = orjson.loads(line)
+        return message
+
+    async def ready(self) -> None:
+        """Registered and answering (its log replayed)."""
+        self.send({"action": "register", "task_type": "bench"})
+        self.send({"action": "stats", "request_id": "ready"})
+        while (await self.recv()).get("request_id") != "ready":
+            pass
+
+    async def _answer(self, task_id: str) -> None:
+        await asyncio.sleep(HANDLER_SECONDS)
+        self.send({"action": "result", "task_id": task_id, "status": "success"})
+
+    async def serve(self, done: Callable[[], None]) -> None:
+        """Answer executes until cancelled; call ``done`` after each result sent."""
+        while True:
+            msg = await self.recv()
+            if msg.get("action") == "execute":
+                task = asyncio.get_running_loop().create_task(self._answer(msg["task_id"]))
+                self.pending.add(task)
+                task.add_done_callback(self.pending.discard)
+                task.add_done_callback(lambda _t: done())
+            elif msg.get("request_id") == "idle" and self.idle is not None:
+                self.idle.set_result(msg["stats"]["active"] == 0)
+
+    async def wait_idle(self) -> None:
+        """Until the daemon has applied every result it was sent."""
+        while True:
+            idle = self.idle = asyncio.get_running_loop().create_future()
+            self.send({"action": "stats", "request_id": "idle"})
+            if await idle:
+                return
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        self.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
+
+async def daemons(url: str, count: int, n: int, work: Path) -> float:
+    """Tasks/s through ``count`` daemons on one fresh queue, ``n`` tasks of 20 ms."""
+    queue = f"bench-{uuid.uuid4().hex[:12]}"
+    qurl = _queue_url(url, queue)
+    procs: list[Daemon] = []
+    serving: list[asyncio.Task[None]] = []
+    try:
+        for i in range(count):
+            procs.append(await Daemon.spawn(qurl, work / f"{queue}-{i}"))
+        await asyncio.gather(*(d.ready() for d in procs))
+        finished = asyncio.get_running_loop().create_future()
+        count_done = [0]
+
+        def one_done() -> None:
+            count_done[0] += 1
+            if count_done[0] >= n and not finished.done():
+                finished.set_result(None)
+
+        t0 = time.perf_counter()
+        serving = [asyncio.get_running_loop().create_task(d.serve(one_done)) for d in procs]
+        for i in range(n):
+            data = orjson.dumps({"n": i}).decode()
+            procs[i % count].send({"action": "enqueue", "task_id": f"t{i}",
+                                   "task_type": "bench", "task_data": data})  # fmt: skip
+        await asyncio.gather(*(d.stdin.drain() for d in procs))
+        await asyncio.wait_for(finished, 600)
+        await asyncio.gather(*(d.wait_idle() for d in procs))
+        elapsed = time.perf_counter() - t0
+        if count_done[0] != n:
+            raise AssertionError(f"{count_done[0]} executions of {n} tasks")
+        return n / elapsed
+    finally:
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*(d.close() for d in procs), return_exceptions=True)
+        drop_queue(url, queue)
+
+
+# ------------------------------------------------------------ (C) procrastinate
+
+
+def _db_url(url: str, dbname: str) -> str:
+    return make_conninfo(url, dbname=dbname)
+
+
+def _admin(url: str, statement: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+async def peer(url: str, n: int) -> float:
+    """Tasks/s of procrastinate: worker first (concurrency 8), then ``n`` defers at once."""
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+    done = [0]
+    all_done = asyncio.get_running_loop().create_future()
+
+    @app.task(name="bench")
+    async def bench(n: int) -> None:
+        done[0] += 1
+        if done[0] >= total and not all_done.done():
+            all_done.set_result(None)
+
+    total = n
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        worker = asyncio.get_running_loop().create_task(app.run_worker_async(
+            concurrency=WORKERS, install_signal_handlers=False, wait=True,
+            fetch_job_polling_interval=1.0, update_heartbeat_interval=10.0,
+        ))  # fmt: skip
+        await asyncio.sleep(0.5)  # the worker is up and listening before the first defer
+        if worker.done():
+            worker.result()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(bench.defer_async(n=i) for i in range(n)))
+        await asyncio.wait_for(all_done, 600)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            while True:  # the last jobs' "succeeded" status is written after they return
+                cur = await conn.execute(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+                )
+                row = await cur.fetchone()
+                if row is not None and row[0] >= n:
+                    break
+                await asyncio.sleep(0.005)
+        elapsed = time.perf_counter() - t0
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(worker, 30)
+    return n / elapsed
+
+
+async def peer_fresh(url: str, n: int) -> float:
+    _admin(url, f"DROP DATABASE IF EXISTS {PEER_DB}")
+    _admin(url, f"CREATE DATABASE {PEER_DB}")
+    try:
+        return await peer(_db_url(url, PEER_DB), n)
+    finally:
+        _admin(url, f"DROP DATABASE IF EXISTS {PEER_DB} WITH (FORCE)")
+
+
+async def ours(url: str, n: int) -> float:
+    """Tasks/s of the embedded ``snerd.Queue`` on a fresh queue: ``n`` enqueues at once."""
+    from snerd.embedded import Queue
+
+    queue = f"bench-{uuid.uuid4().hex[:12]}"
+    try:
+        q = Queue(_queue_url(url, queue), max_workers=WORKERS)
+
+        @q.handler("bench")
+        async def work(job: Any) -> None:
+            return None
+
+        async with q:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(q.enqueue(f"t{i}", "bench", {"n": i}) for i in range(n)))
+            await q.join(timeout=600)
+            return n / (time.perf_counter() - t0)
+    finally:
+        drop_queue(url, queue)
+
+
+# ------------------------------------------------------------------- report
+
+
+async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int) -> None:
+    def put(key: str, value: float) -> None:
+        figures.setdefault(key, []).append(value)
+
+    def order(xs: list[Any]) -> list[Any]:
+        return xs if r % 2 == 0 else xs[::-1]
+
+    for key in order(["A/raw", "A/raw-values", "A/log", "A/log-text"]):
+        if key.startswith("A/raw"):
+            run = raw_appends if key == "A/raw" else raw_values
+            put(key, await run(args.url, args.appends))
+            continue
+        insert = sql.INSERT if key == "A/log" else TEXT_INSERT
+        rate, per_commit = await log_appends(args.url, args.appends, insert)
+        put(key, rate)
+        put(f"{key}/per-commit", per_commit)
+    for count in order([1, 4]):
+        put(f"B/{count}", await daemons(args.url, count, args.tasks, work))
+    runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+        ("C/peer", lambda: peer_fresh(args.url, args.peer_tasks)),
+        ("C/ours", lambda: ours(args.url, args.peer_tasks)),
+    ]
+    for key, run in order(runs):
+        put(key, await run())
+
+
+def _report(figures: Figures, args: argparse.Namespace) -> None:
+    med = {k: statistics.median(v) for k, v in figures.items()}
+
+    def ratio(num: str, den: str, goal: float | None = None) -> str:
+        rs = [a / b for a, b in zip(figures[num], figures[den], strict=True)]
+        r = statistics.median(rs)
+        spread = f" [{min(rs):.2f}..{max(rs):.2f}]" if len(rs) > 1 else ""
+        if goal is None:
+            return f"{r:.2f}x{spread}"
+        return f"{r:.2f}x{spread} (goal {goal:g}x: {'met' if r >= goal else 'NOT met'})"
+
+    def line(label: str, key: str, unit: str, note: str = "") -> None:
+        print(f"  {label:<50}: {med[key]:9,.0f} {unit}  {note}")
+
+    print(f"(A) durable appends, {CONCURRENCY} concurrent appenders, {args.appends:,} appends")
+    line(f"{CONCURRENCY} psycopg connections, INSERT+COMMIT each", "A/raw", "appends/s", "(1.00x)")
+    line("  the same, a plain INSERT ... VALUES", "A/raw-values", "appends/s",
+         f"({ratio('A/raw-values', 'A/raw')}; PostgresLog / this: "
+         f"{ratio('A/log', 'A/raw-values')})")  # fmt: skip
+    per_commit = f"{med['A/log/per-commit']:.1f} appends/commit"
+    line(f"PostgresLog, {CONCURRENCY} appenders (group commit)", "A/log", "appends/s",
+         f"{ratio('A/log', 'A/raw', 10)}; {per_commit}")  # fmt: skip
+    line("  the same, the lines' array as %s (text; before)", "A/log-text", "appends/s",
+         f"{ratio('A/log-text', 'A/raw')}; %b / %s: {ratio('A/log', 'A/log-text')}")  # fmt: skip
+    print(f"(B) {args.tasks:,} tasks of {HANDLER_SECONDS * 1000:.0f} ms end to end, snerdmq "
+          f"daemons on one URL, {WORKERS} workers each")  # fmt: skip
+    line("1 daemon", "B/1", "tasks/s", "(1.00x)")
+    line("4 daemons", "B/4", "tasks/s", ratio("B/4", "B/1", 3))
+    print(f"(C) {args.peer_tasks:,} no-op tasks, enqueued concurrently, {WORKERS} workers")
+    line("procrastinate (worker first, concurrency 8)", "C/peer", "tasks/s", "(1.00x)")
+    line("snerd.Queue(URL, max_workers=8)", "C/ours", "tasks/s", ratio("C/ours", "C/peer", 3))
+
+
+async def _main(args: argparse.Namespace) -> None:
+    import procrastinate
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    with psycopg.connect(args.url, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('server_version')").fetchone()
+        server = row[0] if row else "?"
+    version = getattr(procrastinate, "__version__", "?")
+    print(f"PostgreSQL queue benchmarks (PostgreSQL {server} on this machine; psycopg "
+          f"{psycopg.__version__} ({psycopg.pq.__impl__}); procrastinate {version}; python "
+          f"{sys.version.split()[0]}; {os.cpu_count()} CPUs shared with the server, "
+          f"load {load}; median of {args.rounds})")  # fmt: skip
+    base = Path(args.dir) if args.dir else REPO.parent / "tmp"
+    work = base / f"bench-pg-queue-{uuid.uuid4().hex[:8]}"
+    work.mkdir(parents=True)
+    figures: Figures = {}
+    try:
+        for r in range(args.rounds):
+            await _round(args, work, figures, r)
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    _report(figures, args)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--url", default=os.environ.get("SNERD_BENCH_PG_URL", DEFAULT_URL),
+                   help="the server (default: $SNERD_BENCH_PG_URL or %(default)s)")  # fmt: skip
+    p.add_argument("--appends", type=int, default=2000, help="(A) appends per figure")
+    p.add_argument("--tasks", type=int, help="(B) tasks per figure (default 2,000; --quick 1,000)")
+    p.add_argument("--peer-tasks", type=int, default=5000, help="(C) tasks per figure")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="one round, 1,000 tasks in (B)")
+    p.add_argument("--dir", help="parent of the daemons' working dirs (default: <repo>/../tmp)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
+    if args.tasks is None:
+        args.tasks = 1000 if args.quick else 2000
+    if args.appends < CONCURRENCY:
+        p.error(f"--appends must be at least {CONCURRENCY} (one per concurrent appender)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    asyncio.run(_main(_parse(argv)))
+
+
+if __name__ == "__main__":
+    main()
