@@ -18,6 +18,7 @@ from typing import Any, Final, NoReturn
 
 import orjson
 
+from snerd.projections import commands as core_commands
 from snerd.projections.options import (
     MAX_COUNT as MAX_COUNT,
 )
@@ -229,8 +230,12 @@ class _Reader(Fields):
 
 def _parse_enqueue(r: _Reader) -> Enqueue:
     core = enqueue_options(r)
-    values = {f.name: getattr(core, f.name) for f in fields(core) if f.init}
+    values = {name: getattr(core, name) for name in _CORE_ENQUEUE_FIELDS}
     return Enqueue(**values, request_id=r.request_id)
+
+
+_CORE_ENQUEUE_FIELDS: Final = tuple(f.name for f in fields(core_commands.Enqueue) if f.init)
+"""The core command's fields, which the wire's ``Enqueue`` extends (read once)."""
 
 
 def _parse_result(r: _Reader) -> Result:
