@@ -41,14 +41,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import asyncpg
 import orjson
 import psycopg
+
+if TYPE_CHECKING:
+    import asyncpg
 
 from benchmarks.bench_log import _Count, _enqueued
 from snerd.eventlog.base import EventLog
@@ -137,6 +139,8 @@ async def _psycopg(table: RawTable, sync: bool) -> psycopg.AsyncConnection[tuple
 
 
 async def _asyncpg(table: RawTable, sync: bool) -> asyncpg.Connection:
+    import asyncpg  # the bench extra's; imported late, so its helpers import without it
+
     conn = await asyncpg.connect(table.url)
     if not sync:
         await conn.execute("SET synchronous_commit = off")
@@ -422,7 +426,7 @@ async def _main(args: argparse.Namespace) -> None:
     print(
         f"PostgreSQL append benchmarks ({args.appends:,} records of ~{len(_lines(1)[0])} bytes "
         f"per figure; PostgreSQL {server}; psycopg {psycopg.__version__} "
-        f"({psycopg.pq.__impl__}), asyncpg {asyncpg.__version__}; python "
+        f"({psycopg.pq.__impl__}), asyncpg {_asyncpg_version()}; python "
         f"{sys.version.split()[0]}; {os.cpu_count()} CPUs, load {load})"
     )
     table = RawTable(args.url)
@@ -462,3 +466,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _asyncpg_version() -> str:
+    import asyncpg
+
+    return str(asyncpg.__version__)
