@@ -16,8 +16,9 @@
     started first, idle polling at its fastest: first enqueue to last task done, with
     sequential awaited enqueues (goal >= 2x) and concurrent ones (goal >= 5x).
 
-The replay, history-index and group-commit figures are printed by ``bench_log`` and
-``bench_fold``; run those too (``benchmarks/README.md``). Nothing here is a timed test.
+With ``--all`` the same invocation also prints (6) group commit (``bench_log``'s
+appends, median of 5) and (7) the read paths (``bench_replay``), so every figure of
+issue 8 comes from one command. Nothing here is a timed test.
 """
 
 from __future__ import annotations
@@ -263,6 +264,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--quick", action="store_true", help="1000 tasks, for a smoke run")
     parser.add_argument("--dir", default=str(REPO.parent))
+    parser.add_argument(
+        "--all", action="store_true",
+        help="also issue 8's other figures in this run: group commit (bench_log, median "
+             "of 5) and the read paths (bench_replay)",
+    )  # fmt: skip
     args = parser.parse_args()
     n = 1000 if args.quick else args.tasks
     os.environ["PYTHONPATH"] = str(REPO)
@@ -317,6 +323,22 @@ def main() -> None:
             _line(f"(5) embedded vs SqliteHuey(fsync=True), {how}",
                   f"{ours:.0f} vs {peer:.0f} ({ours / peer:.2f}x)", f">= {goal:g}x",
                   ours / peer >= goal)  # fmt: skip
+        if args.all:
+            _others(tmp, args.quick)
+
+
+def _others(tmp: Path, quick: bool) -> None:
+    """Issue 8's remaining figures, from the benchmarks that own them, in this run."""
+    from benchmarks import bench_log, bench_replay
+
+    print("(6) group commit, 32 concurrent appenders against one writer fsyncing each "
+          "append (goal >= 10x; bench_log, median of 5 interleaved rounds)")  # fmt: skip
+    work = tmp / "group-commit"
+    work.mkdir()
+    bench_log._report_appends(work, bench_log._parse(["--rounds", "5"]))
+    print("(7) the read paths (bench_replay): replay >= 2x a json.loads loop, a task's "
+          "history < 50 ms, --verify <= 2x replay, stats' progress bar")  # fmt: skip
+    bench_replay.main(["--quick"] if quick else [])
 
 
 if __name__ == "__main__":
