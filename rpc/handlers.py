@@ -38,6 +38,8 @@ def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
     future, with no task of its own."""
 
     def reply(future: asyncio.Future[EnqueueOutcome]) -> None:
+        if future.cancelled():  # the daemon is shutting down: nobody to answer
+            return
         try:
             out.write(_enqueue_reply(command, future.result()))
         except Exception as exc:
@@ -50,6 +52,8 @@ def answer_result(command: p.Result, engine: Engine, out: Output) -> None:
     """:func:`answer` for an attempt's outcome, from its own future (no task)."""
 
     def reply(future: asyncio.Future[cmds.Refusal | None]) -> None:
+        if future.cancelled():  # the daemon is shutting down: nobody to answer
+            return
         try:
             refusal = future.result()
         except Exception as exc:
@@ -69,7 +73,7 @@ def answer_progress(command: p.Progress, engine: Engine, out: Output) -> None:
     once; progress for a task not running here is dropped (spec §3.3)."""
 
     def reply(future: asyncio.Future[cmds.Refusal | None]) -> None:
-        if (exc := future.exception()) is not None:
+        if not future.cancelled() and (exc := future.exception()) is not None:
             out.write(_failed(command, exc))
 
     engine.progress_soon(command.task_id, command.data).add_done_callback(reply)
