@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import zlib
 from array import array
 from bisect import bisect_right
@@ -185,7 +186,8 @@ def write_index(storage: Path, scanner: Scanner, builder: Builder) -> bool:
     header = {"snerdIndex": VERSION, "byteorder": sys.byteorder, "count": len(builder.keys),
               "files": [asdict(m) for m in marks]}  # fmt: skip
     target = index_path(storage)
-    temp = target.with_name(f".{INDEX_NAME}.{os.getpid()}.tmp")
+    # (per process and thread: a daemon's dashboard and result lookups may both write)
+    temp = target.with_name(f".{INDEX_NAME}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(temp, "wb") as f:
             f.write(orjson.dumps(header) + b"\n")
