@@ -31,7 +31,7 @@ class _Live:
     the end (most tasks of a long log are not).
     """
 
-    __slots__ = ("attempt", "claim", "event", "order", "progress")
+    __slots__ = ("attempt", "claim", "event", "order", "progress", "task_type")
 
     def __init__(self, event: TaskStateEvent, order: int, attempt: int) -> None:
         self.event = event
@@ -39,11 +39,8 @@ class _Live:
         self.attempt = attempt
         self.claim: Claim | None = None
         self.progress: Any = None
-
-    @property
-    def task_type(self) -> str:
-        kind = self.event.record.get(ev.F_TASK_TYPE)
-        return kind if type(kind) is str else ""
+        kind = event.record.get(_F_TASK_TYPE)  # a usable full-state line has one
+        self.task_type: str = kind if type(kind) is str else ""
 
     def materialize(self) -> Task:
         claim = self.claim
