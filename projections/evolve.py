@@ -112,21 +112,42 @@ def tally(
     """The (metric, task type) a counted event bumps, and the duration it observes if
     any: a claim's ``waited`` (latency), an outcome's time since its claim (run time).
     ``entry`` is the live task as it was before the event's rule changed it."""
-    record = event.record
-    kind = record.get(_F_TASK_TYPE)
-    if type(kind) is not str:
-        if type(event) is Deduplicated:
-            kind = event.task_type
-        else:
-            kind = entry.task_type if entry is not None else ""
-    if metric == STARTED:
-        if type(event) is Claimed and event.waited is not None:
-            return (metric, kind), ((LATENCY, kind), event.waited)
-    elif metric in _OUTCOMES and entry is not None and entry.claim is not None:
-        at = _record_time(record)
-        if at is not None:
-            return (metric, kind), ((RUN_TIME, kind), at - entry.claim.at)
+    kind = kind_of(event, entry)
+    name = HISTOGRAM_OF.get(metric)
+    if name is not None:
+        seconds = observed_seconds(metric, event, entry)
+        if seconds is not None:
+            return (metric, kind), ((name, kind), seconds)
     return (metric, kind), None
+
+
+def kind_of(event: Event, entry: Entry | None) -> str:
+    """The task type a counted event is counted under (``entry``: the live task before
+    the event's rule changed it): the record's, else the task's, else ``""``."""
+    kind = event.record.get(_F_TASK_TYPE)
+    if type(kind) is str:
+        return kind
+    if type(event) is Deduplicated:
+        return event.task_type
+    return entry.task_type if entry is not None else ""
+
+
+def observed_seconds(metric: str, event: Event, entry: Entry | None) -> float | None:
+    """The duration a count of ``metric`` observes in its histogram (``HISTOGRAM_OF``),
+    if any: a claim's ``waited``; an outcome's time since the claim it ends."""
+    if metric == STARTED:
+        if type(event) is Claimed:
+            return event.waited
+    elif metric in _OUTCOMES and entry is not None and entry.claim is not None:
+        at = _record_time(event.record)
+        if at is not None:
+            return at - entry.claim.at
+    return None
+
+
+HISTOGRAM_OF: Final[dict[str, str]] = {STARTED: LATENCY, COMPLETED: RUN_TIME,
+                                       FAILED_ATTEMPTS: RUN_TIME}  # fmt: skip
+"""The histogram a metric's count observes into (see :func:`observed_seconds`)."""
 
 
 _new: Final = tuple.__new__  # a NamedTuple built without its Python-level __new__

@@ -11,13 +11,14 @@ tests check that both reach the same state.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from snerd.projections import events as ev
 from snerd.projections.counters import CounterKey, Hist, HistKey, Tally
 from snerd.projections.events import DeadLettered, Event, StateLine, TaskStateEvent, decode
-from snerd.projections.evolve import Entry, step_all, tally
+from snerd.projections.evolve import HISTOGRAM_OF, Entry, kind_of, observed_seconds, step_all
 from snerd.projections.rates import extend_window
 from snerd.projections.state import DeadLetter, QueueState, from_tables
 from snerd.projections.task import ACTIVE, Claim, Task, with_
@@ -30,7 +31,7 @@ class _Live:
     the end (most tasks of a long log are not).
     """
 
-    __slots__ = ("attempt", "claim", "event", "order", "progress")
+    __slots__ = ("attempt", "claim", "event", "order", "progress", "task_type")
 
     def __init__(self, event: TaskStateEvent, order: int, attempt: int) -> None:
         self.event = event
@@ -38,11 +39,8 @@ class _Live:
         self.attempt = attempt
         self.claim: Claim | None = None
         self.progress: Any = None
-
-    @property
-    def task_type(self) -> str:
-        kind = self.event.record.get(ev.F_TASK_TYPE)
-        return kind if type(kind) is str else ""
+        kind = event.record.get(_F_TASK_TYPE)  # a usable full-state line has one
+        self.task_type: str = kind if type(kind) is str else ""
 
     def materialize(self) -> Task:
         claim = self.claim
@@ -74,6 +72,18 @@ class _Dead:
 Counter = Callable[[str, Event], None]
 
 
+def _zeros() -> defaultdict[str, int]:
+    return defaultdict(int)
+
+
+def _tallies() -> defaultdict[str, Tally]:
+    return defaultdict(Tally)
+
+
+_HISTOGRAM_OF: Final = HISTOGRAM_OF
+_F_TASK_TYPE: Final = ev.F_TASK_TYPE
+
+
 class BulkFolder:
     """Feed records (or events) in chunks, then :meth:`finish` into a :class:`QueueState`.
 
@@ -87,8 +97,11 @@ class BulkFolder:
         self.n = 0
         self.last_seq = 0
         self.invalid = 0
-        self.counters: dict[CounterKey, int] = {}
-        self.histograms: dict[HistKey, Tally] = {}  # added up in place, frozen by finish
+        # Counted per batch: task type -> count under each metric, and per histogram
+        # name -> task type -> its Tally (added up in place); keyed by (name, type) once,
+        # at finish. No key tuple is built per event.
+        self.counts: defaultdict[str, defaultdict[str, int]] = defaultdict(_zeros)
+        self.tallies: defaultdict[str, defaultdict[str, Tally]] = defaultdict(_tallies)
         self.on_count = on_count
         # ``entry`` is the table's own ``get``: the rules' most frequent call, at C speed.
         self.entry: Callable[[str], _Live | None] = self.live.get
@@ -104,38 +117,43 @@ class BulkFolder:
         dlq = {key: entry.build(key) for key, entry in self.dlq.items()}
         windows = {g: self._trimmed(t) for g, t in self.windows.items()}
         return from_tables(
-            tasks, dlq, windows, n=self.n, last_seq=self.last_seq, invalid=self.invalid,
-            counters=self.counters,
-            histograms={key: acc.frozen() for key, acc in self.histograms.items()},
+            tasks,
+            dlq,
+            windows,
+            n=self.n,
+            last_seq=self.last_seq,
+            invalid=self.invalid,
+            counters={
+                (metric, kind): n for metric, per in self.counts.items() for kind, n in per.items()
+            },
+            histograms={
+                (name, kind): acc.frozen()
+                for name, per in self.tallies.items()
+                for kind, acc in per.items()
+            },
         )
 
     # --- Tables (what evolve's rules call) ------------------------------------------
 
     def count(self, metric: str, event: Event, entry: Entry | None) -> None:
-        key, seen = tally(metric, event, entry)
-        counters = self.counters
-        counters[key] = counters.get(key, 0) + 1
-        if seen is not None:
-            hkey, seconds = seen
-            acc = self.histograms.get(hkey)
-            if acc is None:
-                acc = self.histograms[hkey] = Tally()
-            acc.observe(seconds)
+        # what evolve.tally says, added up without building its key tuples
+        kind = event.record.get(_F_TASK_TYPE)  # kind_of's first answer, inline
+        if type(kind) is not str:
+            kind = kind_of(event, entry)
+        self.counts[metric][kind] += 1
+        if metric in _HISTOGRAM_OF:
+            seconds = observed_seconds(metric, event, entry)
+            if seconds is not None:
+                self.tallies[_HISTOGRAM_OF[metric]][kind].observe(seconds)
         if self.on_count is not None:
             self.on_count(metric, event)
 
     def add_totals(self, counts: Mapping[CounterKey, int],
                    histograms: Mapping[HistKey, Hist]) -> None:  # fmt: skip
-        for key, n in counts.items():
-            self.counters[key] = self.counters.get(key, 0) + n
-        for hkey, hist in histograms.items():
-            self._hist(hkey).add(hist)
-
-    def _hist(self, key: HistKey) -> Tally:
-        found = self.histograms.get(key)
-        if found is None:
-            found = self.histograms[key] = Tally()
-        return found
+        for (metric, kind), n in counts.items():
+            self.counts[metric][kind] += n
+        for (name, kind), hist in histograms.items():
+            self.tallies[name][kind].add(hist)
 
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
         self.live[event.task_id] = _Live(event, self.n, attempt)

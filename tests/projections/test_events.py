@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from snerd.projections import events as ev
 from snerd.projections.evolve import RULES, evolve
@@ -80,3 +82,36 @@ def test_a_fractional_millisecond_ts_reads_as_whole_milliseconds() -> None:
     second = snapshot_records(bulk_fold(first), 10.0)
     assert first == second
     assert ev.ms_time(1.5) == ev.ms_time(2) == 0.002
+
+
+# The hot decoders read a claim's instants and a tombstone's id inline (a replay decodes
+# millions); they must say exactly what ms_time and the non-empty-string rule say.
+_ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**60), max_value=2**60),
+    st.sampled_from([0, ev.MAX_MS, ev.MAX_MS + 1, -1, 1_760_000_000_000]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@given(ts=_ANY_VALUE, lease=_ANY_VALUE)
+def test_a_claims_instants_read_as_ms_time_reads_them(ts: Any, lease: Any) -> None:
+    record = {"event": "claimed", "task": "t", "daemon": "d", "ts": ts, "leaseUntil": lease}
+    event = ev.decode(record)
+    assert type(event) is ev.Claimed
+    assert event.ts == ev.ms_time(ts) and type(event.ts) is type(ev.ms_time(ts))
+    assert event.lease_until == ev.ms_time(lease)
+    assert type(event.lease_until) is type(ev.ms_time(lease))
+
+
+@pytest.mark.parametrize("name", ["succeeded", "cancelled"])
+@given(task_id=st.one_of(_ANY_VALUE, st.just("")))
+def test_a_tombstone_needs_a_non_empty_string_id(name: str, task_id: Any) -> None:
+    event = ev.decode({"event": name, "taskId": task_id})
+    usable = type(task_id) is str and task_id != ""
+    assert (type(event) is not ev.Unusable) is usable
+    if usable:
+        assert event.task_id == task_id  # type: ignore[union-attr]
