@@ -79,7 +79,8 @@ def build_cli() -> Any:
         """snerdmq: an embedded, event-sourced background-job queue.
 
         Without a subcommand, `snerdmq [STORAGE_DIR]` runs the daemon that the
-        SnerdMQ SDKs spawn (NDJSON over stdin/stdout).
+        SnerdMQ SDKs spawn (NDJSON over stdin/stdout). STORAGE_DIR may be a
+        postgresql:// URL; it defaults to $SNERD_STORAGE, else .snerdata.
         """
 
     return cli
