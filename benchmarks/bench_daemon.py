@@ -61,13 +61,17 @@ class Stdio:
 
     @classmethod
     async def spawn(cls, storage: Path, workers: int) -> Stdio:
+        return cls(await cls.launch(str(storage), workers))
+
+    @staticmethod
+    async def launch(storage: str, workers: int,
+                     cwd: Path | None = None) -> asyncio.subprocess.Process:  # fmt: skip
+        """Our daemon on ``storage`` (a dir or a URL) with ``workers`` attempts at most."""
         env = {**os.environ, "SNERD_MAX_WORKERS": str(workers), "PYTHONPATH": str(REPO)}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", DAEMON, str(storage),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
-            limit=1 << 22,
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-c", DAEMON, storage, cwd=cwd, env=env, limit=1 << 22,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        return cls(proc)
 
     def send(self, msg: dict[str, Any]) -> None:
         self.stdin.write(orjson.dumps(msg) + b"\n")

@@ -42,6 +42,7 @@ import orjson
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from benchmarks.bench_daemon import Stdio
 from benchmarks.bench_pg import (
     CONCURRENCY,
     DEFAULT_URL,
@@ -56,7 +57,6 @@ from snerd.eventlog.postgres import sql
 from snerd.eventlog.postgres.log import PostgresLog
 
 REPO = Path(__file__).resolve().parents[1]
-DAEMON = "import sys; from snerd.rpc.daemon import main; sys.exit(main())"
 WORKERS = 8
 HANDLER_SECONDS = 0.02
 PEER_DB = "bench_procrastinate"
@@ -124,36 +124,21 @@ async def log_appends(url: str, n: int, insert: str = sql.INSERT) -> tuple[float
 # ------------------------------------------------------------------ (B) daemons
 
 
-class Daemon:
-    """One ``snerdmq URL`` process driven over stdio; its client answers every
-    ``execute`` after HANDLER_SECONDS (many at once: the daemon's 8 workers bound it)."""
+class Daemon(Stdio):
+    """One ``snerdmq URL`` process driven over stdio (``bench_daemon.Stdio``); its client
+    answers every ``execute`` after HANDLER_SECONDS (many at once: the daemon's 8
+    workers bound it)."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdin is not None and proc.stdout is not None
-        self.proc, self.stdin, self.stdout = proc, proc.stdin, proc.stdout
+        super().__init__(proc)
         self.executed = 0
         self.pending: set[asyncio.Task[None]] = set()
         self.idle: asyncio.Future[bool] | None = None
 
     @classmethod
-    async def spawn(cls, url: str, workdir: Path) -> Daemon:
+    async def start(cls, url: str, workdir: Path) -> Daemon:
         workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SNERD_MAX_WORKERS": str(WORKERS), "PYTHONPATH": str(REPO)}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", DAEMON, url, cwd=workdir, env=env, limit=1 << 22,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        return cls(proc)
-
-    def send(self, msg: dict[str, Any]) -> None:
-        self.stdin.write(orjson.dumps(msg) + b"\n")
-
-    async def recv(self) -> dict[str, Any]:
-        line = await self.stdout.readline()
-        if not line:
-            raise RuntimeError(f"daemon exited (code {self.proc.returncode})")
-        message: dict[str, Any] = orjson.loads(line)
-        return message
+        return cls(await cls.launch(url, WORKERS, cwd=workdir))
 
     async def ready(self) -> None:
         """Registered and answering (its log replayed)."""
@@ -188,9 +173,8 @@ class Daemon:
             await asyncio.sleep(0.01)
 
     async def close(self) -> None:
-        self.stdin.close()
         try:
-            await asyncio.wait_for(self.proc.wait(), 30)
+            await super().close()
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
@@ -204,7 +188,7 @@ async def daemons(url: str, count: int, n: int, work: Path) -> float:
     serving: list[asyncio.Task[None]] = []
     try:
         for i in range(count):
-            procs.append(await Daemon.spawn(qurl, work / f"{queue}-{i}"))
+            procs.append(await Daemon.start(qurl, work / f"{queue}-{i}"))
         await asyncio.gather(*(d.ready() for d in procs))
         finished = asyncio.get_running_loop().create_future()
         count_done = [0]

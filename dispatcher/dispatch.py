@@ -194,9 +194,7 @@ class Dispatcher:
             run.executor.stop(run)
         limit = run.task.max_execution_seconds or 0.0
         error = f"timed out after {limit:g} seconds"
-        asyncio.get_running_loop().create_task(
-            e.finish(run.task.id, success=False, attempt=run.attempt, error=error)
-        )
+        e.finish_soon(run.task.id, success=False, attempt=run.attempt, error=error)
 
     def _arm(self, when: float | None) -> None:
         """One timer, for the earliest instant something becomes due."""

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -210,6 +210,26 @@ class BatchingLog(EventLog):
         self._stale = False
         self._unreadable_since = None
         log.warning("log replayed from storage after the fault; state is the last good one")
+
+    async def _follow_changes(self, changed: Callable[[], Awaitable[None]]) -> None:
+        """The follower of a backend that can fault: await ``changed`` (a hint that
+        others wrote, or a timeout) and catch up, until closed or failed; after a storage
+        fault, replay when due (even when no request comes)."""
+        while not self._closing and self._failure is None:
+            if self._stale:
+                await asyncio.sleep(max(0.0, self._next_replay - self.monotonic()))
+                await self._recover_if_due()
+                continue
+            await changed()
+            try:
+                await self.catch_up()
+            except StorageUnavailable as exc:
+                if not self._closing and not self._stale:
+                    self._enter_fault(exc)
+            except LogError as exc:
+                if not self._closing:
+                    log.error("log follower stopped: %s", exc)
+                return
 
     def _written_past_fault(self) -> None:
         """A batch reached the storage: the fault is over."""

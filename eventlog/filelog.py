@@ -304,24 +304,9 @@ class FileLog(BatchingLog):
             return await self._sync()
 
     async def _follow(self) -> None:
-        """Background task: wake on file changes and catch up, until closed or failed;
-        after a storage fault, replay when due (even when no request comes)."""
+        """Background task: wake on file changes and catch up (``_follow_changes``)."""
         assert self._watcher is not None
-        while not self._closing and self._failure is None:
-            if self._stale:
-                await asyncio.sleep(max(0.0, self._next_replay - self.monotonic()))
-                await self._recover_if_due()
-                continue
-            await self._watcher.wait()
-            try:
-                await self.catch_up()
-            except StorageUnavailable as exc:
-                if not self._closing and not self._stale:
-                    self._enter_fault(exc)
-            except LogError as exc:
-                if not self._closing:
-                    log.error("log follower stopped: %s", exc)
-                return
+        await self._follow_changes(self._watcher.wait)
 
     # --------------------------------------------------------------- writing
 

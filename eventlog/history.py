@@ -13,7 +13,7 @@ from pathlib import Path
 
 from snerd.errors import LogError
 from snerd.eventlog.base import Record, SkippedLine
-from snerd.eventlog.codec import decode_complete, decode_line, split_complete
+from snerd.eventlog.codec import Decoded, decode_complete, decode_line, split_complete
 from snerd.eventlog.layout import log_file, resolve
 
 CHUNK_SIZE = 4 << 20
@@ -48,19 +48,23 @@ def _scan(fd: int, final: bool) -> Iterator[Item]:
     while chunk := os.read(fd, CHUNK_SIZE):
         data = pending + chunk if pending else chunk
         complete, pending = split_complete(data)
-        decoded = decode_complete(complete, offset)
+        yield from in_order(decode_complete(complete, offset))
         offset += len(complete)
-        start = 0
-        for before, skipped in decoded.skipped:
-            yield from decoded.records[start:before]
-            start = before
-            yield skipped
-        yield from decoded.records[start:]
     if pending.strip():
         if final:
             yield decode_line(pending, offset, torn=True)
         else:
             yield SkippedLine(offset, pending, REASON_INCOMPLETE)
+
+
+def in_order(decoded: Decoded) -> Iterator[Item]:
+    """The records and skipped lines of ``decoded``, in the order of their lines."""
+    start = 0
+    for before, skipped in decoded.skipped:
+        yield from decoded.records[start:before]
+        start = before
+        yield skipped
+    yield from decoded.records[start:]
 
 
 def history_files(storage: str | os.PathLike[str]) -> list[Path]:

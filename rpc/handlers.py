@@ -24,7 +24,9 @@ def _refused(refusal: cmds.Refusal, task_id: str | None, rid: Any) -> bytes:
 
 
 async def answer(command: p.Command, engine: Engine, out: Output) -> None:
-    """Carry out one command and write its reply (if it has one). Never raises."""
+    """Carry out one command and write its reply (if it has one). Never raises.
+    (Enqueue, result and progress lines go to :func:`answer_enqueue`,
+    :func:`answer_result` and :func:`answer_progress`: no task of their own.)"""
     try:
         reply = await _carry_out(command, engine)
     except Exception as exc:
@@ -110,14 +112,6 @@ def _enqueue_reply(command: p.Enqueue, outcome: EnqueueOutcome) -> bytes:
 
 async def _carry_out(command: p.Command, engine: Engine) -> bytes | None:
     rid = command.request_id
-    if isinstance(command, p.Enqueue):
-        return _enqueue_reply(command, await engine.enqueue(command))
-    if isinstance(command, p.Result):
-        refusal = await engine.finish(
-            command.task_id, success=command.success, error=command.error,
-            attempt=command.attempt, result=command.result, retry=command.retry,
-        )  # fmt: skip
-        return None if refusal is None else _refused(refusal, command.task_id, rid)
     if isinstance(command, p.Stats):
         payload, top = await engine.read(lambda: (info.stats(engine), info.sdk_stats(engine)))
         return p.stats(payload, top=top, request_id=rid)

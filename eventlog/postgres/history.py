@@ -13,7 +13,7 @@ import psycopg
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.codec import decode_complete
-from snerd.eventlog.history import merge_history
+from snerd.eventlog.history import in_order, merge_history
 from snerd.eventlog.postgres.connect import connect_sync, unavailable
 from snerd.eventlog.postgres.schema import SCHEMA
 from snerd.eventlog.postgres.url import parse
@@ -64,15 +64,9 @@ def _rows(conn: psycopg.Connection[Any], query: str, args: tuple[Any, ...]) -> I
         if not rows:
             return
         data = b"".join(bytes(r[1]) for r in rows)
-        decoded = decode_complete(data, offset)
+        yield from in_order(decode_complete(data, offset))
         offset += len(data)
         pos = int(rows[-1][0])
-        start = 0
-        for before, skipped in decoded.skipped:
-            yield from decoded.records[start:before]
-            start = before
-            yield skipped
-        yield from decoded.records[start:]
         if len(rows) < CHUNK:
             return
 

@@ -66,6 +66,10 @@ class _Point:
     chain_head: bytes
 
 
+LISTEN_BACKOFF_MIN = 0.05
+LISTEN_BACKOFF_MAX = 5.0
+"""Seconds before reconnecting a lost LISTEN connection (doubling, capped)."""
+
 @dataclass(frozen=True, slots=True)
 class _Doubt:
     """A batch sent with COMMIT whose reply never came: ``lines`` from ``pos`` on."""
@@ -106,6 +110,7 @@ class PostgresLog(BatchingLog):
         self._poll = poll_interval
         self._conn: Conn | None = None
         self._listen: Conn | None = None
+        self._listen_backoff = LISTEN_BACKOFF_MIN
         self._pos = 0  # lines read (the pos of the last one)
         self._byte_pos = 0  # bytes read, for SkippedLine offsets and stats
         self._generation = -1  # the queue's compaction generation, as last read
@@ -299,33 +304,24 @@ class PostgresLog(BatchingLog):
             return await self._sync()
 
     async def _follow(self) -> None:
-        """Background task: wake on NOTIFY (or every ``poll_interval``) and catch up,
-        until closed or failed; after a fault, replay when due."""
-        backoff = 0.05
-        while not self._closing and self._failure is None:
-            if self._stale:
-                await asyncio.sleep(max(0.0, self._next_replay - self.monotonic()))
-                await self._recover_if_due()
-                continue
-            try:
-                await self._wait_notified()
-                backoff = 0.05
-            except (psycopg.Error, StorageUnavailable) as exc:
-                await _close_quietly(self._listen)
-                self._listen = None
-                log.warning("LISTEN connection lost (%s); polling, reconnecting in %.2fs",
-                            unavailable(self.target, exc), backoff)  # fmt: skip
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-            try:
-                await self.catch_up()
-            except StorageUnavailable as exc:
-                if not self._closing and not self._stale:
-                    self._enter_fault(exc)
-            except LogError as exc:
-                if not self._closing:
-                    log.error("log follower stopped: %s", exc)
-                return
+        """Background task: wake on NOTIFY (or every ``poll_interval``) and catch up
+        (``_follow_changes``)."""
+        await self._follow_changes(self._notified_or_polled)
+
+    async def _notified_or_polled(self) -> None:
+        """:meth:`_wait_notified`; a lost LISTEN connection is dropped, and after a
+        backoff the caller catches up by polling (the next wait reconnects)."""
+        try:
+            await self._wait_notified()
+            self._listen_backoff = LISTEN_BACKOFF_MIN
+        except (psycopg.Error, StorageUnavailable) as exc:
+            await _close_quietly(self._listen)
+            self._listen = None
+            backoff = self._listen_backoff
+            log.warning("LISTEN connection lost (%s); polling, reconnecting in %.2fs",
+                        unavailable(self.target, exc), backoff)  # fmt: skip
+            await asyncio.sleep(backoff)
+            self._listen_backoff = min(backoff * 2, LISTEN_BACKOFF_MAX)
 
     async def _wait_notified(self) -> None:
         """Return when another writer notified about this queue, or after the poll."""
