@@ -69,7 +69,11 @@ class Dispatcher:
         """:meth:`wake`, unless a pass would find nothing in ``state`` now (the pure
         :func:`~snerd.projections.plan.idle`) and there is no new timer to arm
         (``delta.delayed``): an idle queue finishing a task costs no pass."""
-        if (delta is not None and delta.delayed) or not idle(state, self.engine.clock.now()):
+        if self._wake.is_set():
+            return
+        if (delta is not None and delta.delayed) or not idle(
+            state, self.engine.clock.now(), self._accepts
+        ):
             self._wake.set()
 
     async def _loop(self) -> None:
@@ -154,7 +158,7 @@ class Dispatcher:
                 busy[run.task.pool] = busy.get(run.task.pool, 0) + 1
         return plan(
             e.state if state is None else state, e.clock.now() if now is None else now,
-            self.capacity(), accepts=lambda task: self.executor_for(task) is not None,
+            self.capacity(), accepts=self._accepts,
             pools=e.config.pools, busy=busy,
         )  # fmt: skip
 
@@ -164,6 +168,9 @@ class Dispatcher:
         kill a thread, so it holds its slot until it returns)."""
         lingering = sum(int(getattr(x, "lingering", 0)) for x in self.engine.executors)
         return self.engine.config.max_workers - len(self.engine.runs) - self.reserved - lingering
+
+    def _accepts(self, task: Task) -> bool:
+        return self.executor_for(task) is not None
 
     def executor_for(self, task: Task) -> Executor | None:
         for executor in self.engine.executors:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from snerd.projections import heap, queries
 from snerd.projections.state import QueueState, advance
-from snerd.projections.task import Task
+from snerd.projections.task import READY, Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +37,35 @@ def due(state: QueueState, now: float) -> QueueState:
     return advance(state, now)[0]
 
 
-def idle(state: QueueState, now: float) -> bool:
+def idle(state: QueueState, now: float, accepts: Callable[[Task], bool] | None = None) -> bool:
     """Whether a plan at ``now`` could propose nothing but a time to wake: no READY task
     (one waiting for a slot, a pool or a rate window is READY too), no timer due by
-    ``now``, no blocked child of a dead-lettered parent."""
-    if state.lanes or state.doomed:
+    ``now``, no blocked child of a dead-lettered parent.
+
+    With ``accepts``, a lane whose first task no executor here accepts does not count:
+    :func:`plan` never looks past a lane's first task, nor takes its time to wake from
+    one it does not accept, so a backlog of types this daemon does not run costs no
+    pass per event."""
+    if state.doomed:
+        return False
+    if state.lanes and (accepts is None or not _unrunnable(state, accepts)):
         return False
     timer = heap.top(state.timers)
     return timer is None or timer[0] > now
+
+
+def _unrunnable(state: QueueState, accepts: Callable[[Task], bool]) -> bool:
+    """Whether every lane's first entry is a fresh READY task that ``accepts`` refuses
+    (a stale entry counts as runnable: only a plan walks past it)."""
+    tasks = state.tasks
+    for node in state.lanes.values():
+        if node is None:
+            continue
+        _, order, task_id = node[1]
+        task = tasks.get(task_id)
+        if task is None or task.phase != READY or task.order != order or accepts(task):
+            return False
+    return True
 
 
 def plan(

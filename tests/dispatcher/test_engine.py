@@ -200,3 +200,35 @@ async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) 
         await asyncio.sleep(0)
     assert len(harness.calls) == 20
     assert plans == [1] * 20  # one plan per task, each claiming it
+
+
+async def test_a_backlog_of_types_run_elsewhere_costs_no_pass(
+    harness: Harness, monkeypatch
+) -> None:
+    """Tasks of a type no executor here runs wait in their lane; they do not make the
+    queue look busy, so each task of a type run here still costs exactly one plan."""
+    from snerd.dispatcher import dispatch
+
+    plans: list[int] = []
+    real = dispatch.plan
+
+    def counting(*args: object, **kwargs: object) -> dispatch.Plan:
+        plan = real(*args, **kwargs)  # type: ignore[arg-type]
+        plans.append(len(plan.claims))
+        return plan
+
+    engine = await harness.engine({"t": _noop})
+    for i in range(3):
+        await engine.enqueue(Enqueue(f"elsewhere{i}", "other", task_data="{}"))
+    await settle(engine, lambda: len(engine.state.tasks) == 3)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    monkeypatch.setattr(dispatch, "plan", counting)
+    for i in range(20):
+        await engine.enqueue(_enqueue(f"i{i}"))
+        await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
+    for _ in range(5):  # let any pass that was asked for run
+        await asyncio.sleep(0)
+    assert len(harness.calls) == 20
+    assert plans == [1] * 20
+    assert set(engine.state.tasks) == {f"elsewhere{i}" for i in range(3)}
