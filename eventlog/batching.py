@@ -123,6 +123,15 @@ class BatchingLog(EventLog):
         A backend that can survive the failure rolls the batch back and raises
         :class:`StorageUnavailable`; anything else is fatal for the instance."""
 
+    async def _sync_only(self) -> None:
+        """Make every line this instance wrote durable, for a batch of nothing but syncs.
+
+        This default takes the lock like any batch; a backend whose sync needs neither
+        the lock nor a catch-up (an fsync of the file, a synchronous commit) overrides
+        it, so that a sync never holds up the other writers."""
+        async with self._exclusive():
+            await self._flush(True)
+
     async def _replay_all(self) -> None:
         """Reset the listener and replay the whole log from storage (after a fault).
         Backends that never raise :class:`StorageUnavailable` need not implement it."""
@@ -376,6 +385,9 @@ class BatchingLog(EventLog):
         A batch is made durable (fsync) when any request in it asks for durability and
         something written since the last sync is not durable yet: its own lines, or
         earlier lines written without a sync (which this sync makes durable too)."""
+        if all(req.command is None and not req.records for req in batch):
+            await self._run_syncs(batch)
+            return False
         done: list[tuple[_Request, Any]] = []
         durable = staged = False
         async with self._exclusive():
@@ -404,6 +416,18 @@ class BatchingLog(EventLog):
             if not req.future.done():
                 req.future.set_result(result)
         return staged
+
+    async def _run_syncs(self, batch: list[_Request]) -> None:
+        """A batch of syncs only (:meth:`sync`, the timer of :meth:`_synced`): one sync
+        of what is written, without the lock (:meth:`_sync_only`)."""
+        waiting = [req for req in batch if not req.future.done()]
+        if waiting and self._unsynced:
+            await self._sync_only()
+            self.commits += 1
+            self._synced(True)
+        for req in waiting:
+            if not req.future.done():
+                req.future.set_result(None)
 
     def _synced(self, durable: bool) -> None:
         """After a flush: a durable one covers every line written before it; lines

@@ -354,6 +354,17 @@ class FileLog(BatchingLog):
         except OSError as exc:
             raise self._roll_back(start, exc) from exc
 
+    async def _sync_only(self) -> None:
+        """fsync the file: it makes our lines durable whoever holds the lock (a log
+        compacted elsewhere meanwhile holds them too, in a file its writer synced)."""
+        if not self._fsync_on:
+            return
+        async with self._mutex:  # the follower does not switch files under the fsync
+            try:
+                await self._fsync()
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot sync log {self.path}: {exc}") from exc
+
     def _roll_back(self, start: int, exc: OSError) -> StorageUnavailable:
         """A write or fsync failed (a full disk, an I/O error): cut the file back to
         where the batch began, still under the lock, so no line of it stays behind

@@ -156,6 +156,9 @@ class MemoryLog(BatchingLog):
         self._byte_pos += sum(map(len, lines))
         self._notify_others()
 
+    async def _sync_only(self) -> None:
+        """Nothing to make durable: memory is as durable as it gets."""
+
     def _notify_others(self) -> None:
         for event in self.store._watchers:
             if event is not self._wake:

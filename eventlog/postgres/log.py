@@ -387,6 +387,18 @@ class PostgresLog(BatchingLog):
         self._pos += len(lines)
         self._byte_pos += sum(map(len, lines))
 
+    async def _sync_only(self) -> None:
+        """One synchronous commit of a transaction with an id (its own, in autocommit):
+        it returns once the WAL is flushed past it, so past every commit before it,
+        those made with ``synchronous_commit = off`` too. No queue lock, no catch-up."""
+        if not self._fsync_on:
+            return
+        async with self._mutex:
+            try:
+                await self._connection().execute(sql.TOUCH_XID)
+            except psycopg.Error as exc:
+                raise self._lost(exc) from exc
+
     # ------------------------------------------------------------ compaction
 
     async def compact(self, snapshot: Iterable[Record]) -> None:

@@ -212,6 +212,19 @@ async def test_non_durable_appends(open_log: OpenLog) -> None:
     assert {r["k"] for r in fresh.records} == {"a", "b"}
 
 
+async def test_a_sync_waits_for_no_other_writer(open_log: OpenLog) -> None:
+    """Making one's own lines durable (an fsync, a synchronous commit) needs neither the
+    lock nor a catch-up: it completes while another writer holds the lock."""
+    a, _ = await open_log(fsync=True)
+    b, _ = await open_log(fsync=True)
+    await a.append(recs("x"), durable=False)
+    async with b._exclusive():  # type: ignore[attr-defined]
+        await asyncio.wait_for(a.sync(), 10)
+    await a.append(recs("y"))
+    _, fresh = await open_log()
+    assert [r["k"] for r in fresh.records] == ["x", "y"]
+
+
 async def test_garbage_lines_are_skipped_and_reported(open_log: OpenLog, backend: Backend) -> None:
     log, _ = await open_log()
     await log.append(recs("a"))
