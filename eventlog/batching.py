@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from snerd.errors import LogClosedError, LogError
@@ -45,6 +45,7 @@ from snerd.eventlog.base import (
 from snerd.eventlog.chain import FIELD as CHAIN_FIELD
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
 from snerd.eventlog.codec import FORMAT, FORMAT_FIELD, MAX_SEQ, Decoded, encode_body, max_seq
+from snerd.eventlog.history import SNAPSHOT_EVENT
 
 T = TypeVar("T")
 
@@ -63,6 +64,15 @@ a sync of its own, when no durable batch comes first to cover it."""
 
 GIVE_UP_SECONDS = 300.0
 """How long the log may stay unreadable after a fault before the instance gives up."""
+
+
+@dataclass(slots=True)
+class _Resume:
+    """Reading a log compacted elsewhere without a reset (:meth:`_compacted_elsewhere`)."""
+
+    after: int  # the last seq the listener holds
+    held: list[Record] = field(default_factory=list)  # read, not delivered (header first)
+    snapshot: int = 0  # snapshot records still to come after the header
 
 
 @dataclass(slots=True)
@@ -88,6 +98,7 @@ class BatchingLog(EventLog):
         self._last_seq = 0
         self._records = 0
         self._skipped = 0
+        self._resume: _Resume | None = None  # reading a log compacted elsewhere
         self.commits = 0
         """Batches written by this instance (each is one write and at most one fsync)."""
         self.faults = 0
@@ -279,6 +290,8 @@ class BatchingLog(EventLog):
 
     def _deliver(self, records: Sequence[Record]) -> None:
         """Hand records to the listener; a listener error is fatal for the log."""
+        if self._resume is not None:
+            records = self._resuming(records)
         if not records:
             return
         self._last_seq = max_seq(records, self._last_seq)
@@ -286,9 +299,11 @@ class BatchingLog(EventLog):
         self._notify("on_records", records)
 
     def _report(self, skipped: SkippedLine) -> None:
-        """Hand a skipped line to the listener."""
+        """Hand a skipped line to the listener (not again while resuming: a compaction
+        copies the tail's lines, garbage included, that the listener already heard of)."""
         self._skipped += 1
-        self._notify("on_skipped", skipped)
+        if self._resume is None:
+            self._notify("on_skipped", skipped)
 
     def _note_chain(self, value: str | None) -> None:
         """A line read carried ``value``: the chain continues from it."""
@@ -315,12 +330,74 @@ class BatchingLog(EventLog):
         for i in range(start, stop, DELIVERY_BATCH):
             self._deliver(records[i : min(i + DELIVERY_BATCH, stop)])
 
+    def _compacted_elsewhere(self) -> None:
+        """Another writer compacted the log; the new one is read from its start.
+
+        A compacted log is a snapshot of the state at a point (its header's ``seq``)
+        plus, byte for byte, every record after it. When this instance already delivered
+        that point (a follower that kept up, the usual case), its listener holds that
+        very state: it keeps it and hears the header, then only the records past its
+        last seq, so that no follower replays the whole queue on each compaction. Any
+        doubt (a header past our last seq, a record without a seq after the snapshot)
+        falls back to a reset and a full replay of the new log, as before."""
+        self._records = 0
+        self._skipped = 0
+        self._chain_head = GENESIS
+        if self._last_seq > 0:
+            self._resume = _Resume(self._last_seq)
+        else:
+            self._reset()
+
+    def _resuming(self, records: Sequence[Record]) -> Sequence[Record]:
+        """While resuming: hold back what the listener has; return what it is to hear
+        (all of it after a reset, if resuming turns out not to be possible)."""
+        resume = self._resume
+        assert resume is not None
+        held = resume.held
+        for i, record in enumerate(records):
+            seq = record.get("seq")
+            if not held:  # the new log's first record: the snapshot's header
+                count = record.get("records")
+                if (record.get("event") != SNAPSHOT_EVENT or type(seq) is not int
+                        or seq > resume.after or type(count) is not int or count < 0):  # fmt: skip
+                    return self._replay_instead(records)
+                resume.snapshot = count
+            elif resume.snapshot > 0:  # a restated live task: the listener has it
+                resume.snapshot -= 1
+            elif type(seq) is not int:
+                return self._replay_instead(records)
+            elif seq > resume.after:  # the first record the listener has not seen
+                self._end_resume()
+                return records[i:]
+            held.append(record)
+        return ()
+
+    def _caught_up(self) -> None:
+        """Everything the storage holds was read (backends call this after each catch-up):
+        a resume that found nothing past our last seq yet ends here."""
+        if self._resume is not None and self._resume.held:
+            self._end_resume()
+
+    def _end_resume(self) -> None:
+        resume, self._resume = self._resume, None
+        assert resume is not None and resume.held
+        self._records += len(resume.held)
+        self._notify("on_records", resume.held[:1])  # the header: where the snapshot is
+
+    def _replay_instead(self, records: Sequence[Record]) -> list[Record]:
+        resume, self._resume = self._resume, None
+        assert resume is not None
+        self._last_seq = 0
+        self._notify("on_reset")
+        return [*resume.held, *records]
+
     def _reset(self) -> None:
         """Forget everything read so far and tell the listener a full replay follows."""
         self._last_seq = 0
         self._records = 0
         self._skipped = 0
         self._chain_head = GENESIS
+        self._resume = None
         self._notify("on_reset")
 
     # ---------------------------------------------------------- group commit

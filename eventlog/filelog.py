@@ -235,14 +235,16 @@ class FileLog(BatchingLog):
                 await asyncio.sleep(0)  # a long replay must not starve the event loop
         return delivered
 
-    def _replaced(self) -> bool:
-        """Whether the path now names another file, or ours shrank (both need a reset)."""
+    def _replaced(self) -> str | None:
+        """Whether the path now names another file (``"compacted"``: a compaction
+        elsewhere installed it), or ours shrank (``"shrank"``: lines we delivered are
+        gone, so only a reset and a full replay are right), else None."""
         try:
             if os.stat(self._path_s).st_ino != self._ino:
-                return True
+                return "compacted"
         except FileNotFoundError:
-            return False
-        return os.fstat(self._fd).st_size < self._read_pos
+            return None
+        return "shrank" if os.fstat(self._fd).st_size < self._read_pos else None
 
     async def _sync(self) -> int:
         """Catch up (holding ``_mutex``): follow a replacement, then read new lines.
@@ -250,10 +252,16 @@ class FileLog(BatchingLog):
         A read error is a storage fault: the reading position may be lost, so the
         log replays from storage once it can (:class:`StorageUnavailable`)."""
         try:
-            if self._replaced():
+            replaced = self._replaced()
+            if replaced == "compacted":
+                self._compacted_elsewhere()
+                self._switch_file()
+            elif replaced == "shrank":
                 self._reset()
                 self._switch_file()
-            return await self._read_new()
+            delivered = await self._read_new()
+            self._caught_up()
+            return delivered
         except OSError as exc:
             raise StorageUnavailable(f"cannot read log {self.path}: {exc}") from exc
 

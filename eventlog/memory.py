@@ -115,16 +115,19 @@ class MemoryLog(BatchingLog):
         """Deliver lines added since the last read; reset first if the store was compacted."""
         if self._generation != self.store.generation:
             if self._generation >= 0:
-                self._reset()
+                self._compacted_elsewhere()
             self._generation = self.store.generation
             self._pos = self._byte_pos = 0
         new = self.store.lines[self._pos :]
         if not new:
+            self._caught_up()
             return 0
         data = b"".join(new)
         self._pos += len(new)
         offset, self._byte_pos = self._byte_pos, self._byte_pos + len(data)
-        return self._deliver_decoded(decode_complete(data, offset))
+        delivered = self._deliver_decoded(decode_complete(data, offset))
+        self._caught_up()
+        return delivered
 
     async def catch_up(self) -> int:
         self._check_usable()

@@ -233,6 +233,7 @@ class PostgresLog(BatchingLog):
             read, more = self._take_rows(rows)
             delivered += read
             if not more:
+                self._caught_up()
                 return delivered
             rows = None
             await asyncio.sleep(0)  # a long replay must not starve the event loop
@@ -245,7 +246,7 @@ class PostgresLog(BatchingLog):
         generation = int(rows[0][0]) if rows else 0
         if generation != self._generation:
             if self._generation >= 0:
-                self._reset()
+                self._compacted_elsewhere()
                 self._epoch += 1
             self._generation = generation
             if self._pos:  # compacted elsewhere: read the new log from its start

@@ -136,16 +136,21 @@ async def test_follow_delivers_without_being_asked(open_log: OpenLog) -> None:
     assert [r["k"] for r in rec_b.records] == ["x", "y"]
 
 
-async def test_compaction_keeps_state_and_resets_the_other_instance(open_log: OpenLog) -> None:
+async def test_compaction_keeps_state_and_the_other_instance_goes_on(open_log: OpenLog) -> None:
+    """An instance that had read up to the compaction point keeps its state: it hears
+    the new snapshot's header, not the restated records (no reset, no replay)."""
     a, rec_a = await open_log(follow=False)
     b, rec_b = await open_log(follow=False)
     await a.append(recs("x", "y") + recs("x", v=2) + [{"del": "y"}])
     await b.catch_up()
     before = dict(rec_a.state)
+    heard = len(rec_b.records)
     await a.compact(rec_a.snapshot())
     assert rec_a.state == before and rec_a.resets == 0
     await b.catch_up()
-    assert rec_b.resets == 1 and rec_b.state == before
+    assert rec_b.resets == 0 and rec_b.state == before
+    assert [r.get("event") for r in rec_b.records[heard:]] == ["snapshot"]
+    assert b.stats().records == a.stats().records
     _, fresh = await open_log(follow=False)
     assert fresh.state == before
     await b.append(recs("z"))
@@ -301,15 +306,31 @@ async def test_stats(open_log: OpenLog, backend: Backend) -> None:
     assert stats.size_bytes > 0
 
 
-async def test_a_follower_resets_by_itself_after_compaction_elsewhere(open_log: OpenLog) -> None:
+async def test_a_follower_goes_on_by_itself_after_compaction_elsewhere(open_log: OpenLog) -> None:
     a, rec_a = await open_log(follow=False)
     _, rec_b = await open_log()
     await a.append([*recs("x", "y"), {"del": "x"}])
     await rec_b.wait_for(lambda: len(rec_b.records) == 3)
     await a.compact(rec_a.snapshot())
     await a.append(recs("z"))
-    await rec_b.wait_for(lambda: rec_b.resets == 1 and "z" in rec_b.state)
-    assert rec_b.state == rec_a.state
+    await rec_b.wait_for(lambda: "z" in rec_b.state)
+    assert rec_b.state == rec_a.state and rec_b.resets == 0
+    assert [r.get("k", r.get("event")) for r in rec_b.records[3:]] == ["snapshot", "z"]
+
+
+async def test_an_instance_behind_the_compaction_point_replays_the_new_log(
+    open_log: OpenLog,
+) -> None:
+    """A snapshot that covers records this instance never read cannot be resumed from:
+    it resets and replays the compacted log."""
+    a, rec_a = await open_log(follow=False)
+    b, rec_b = await open_log(follow=False)
+    await a.append(recs("x"))
+    await b.catch_up()
+    await a.append([*recs("y"), {"del": "x"}])  # b has not read these
+    await a.compact(rec_a.snapshot())
+    await b.catch_up()
+    assert rec_b.resets == 1 and rec_b.state == rec_a.state == {"y": rec_a.state["y"]}
 
 
 async def test_history_holds_every_record_once_across_compactions(open_log: OpenLog) -> None:
