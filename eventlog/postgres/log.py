@@ -105,6 +105,7 @@ class PostgresLog(BatchingLog):
         self.queue = self.target.queue
         self._key = lock_key("log", self.queue)
         self._token = secrets.token_hex(6)  # tells our own notifications from others'
+        self._behind = False  # another writer notified since our last read
         self._fsync_on = fsync
         self._follow_on = follow
         self._poll = poll_interval
@@ -223,6 +224,7 @@ class PostgresLog(BatchingLog):
         ``rows``: the first read's result when the caller already has it."""
         conn = self._connection()
         delivered = 0
+        self._behind = False
         while True:
             if rows is None:
                 try:
@@ -333,6 +335,7 @@ class PostgresLog(BatchingLog):
         async for note in self._listen.notifies(timeout=self._poll):
             queue, token = parse_payload(note.payload)
             if queue == self.queue and token != self._token:
+                self._behind = True
                 return
 
     # --------------------------------------------------------------- writing
@@ -341,6 +344,8 @@ class PostgresLog(BatchingLog):
     async def _exclusive(self) -> AsyncIterator[None]:
         """One transaction holding the queue's lock, caught up, for the block."""
         async with self._mutex:
+            if self._behind:  # fold what others wrote before taking the lock, not under it
+                await self._sync()
             conn = self._connection()
             try:  # one round trip: begin, wait for the lock, read what came before us
                 async with conn.pipeline():
