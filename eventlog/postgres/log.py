@@ -51,6 +51,7 @@ POLL_SECONDS = 1.0
 """The fallback poll of a follower: it catches up at least this often."""
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+Cursor = psycopg.AsyncCursor[tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,8 @@ class PostgresLog(BatchingLog):
         self._background: set[asyncio.Task[None]] = set()
         self._staged: list[bytes] = []
         self._in_txn = False
+        self._cursors: tuple[Conn, Cursor, Cursor] | None = None
+        self._pipeline: contextlib.AsyncExitStack | None = None  # the batch's, until _flush
         self._doubt: _Doubt | None = None  # a batch whose COMMIT's fate is unknown
         self._mutex = asyncio.Lock()
         self._compact_lock = asyncio.Lock()
@@ -221,13 +224,13 @@ class PostgresLog(BatchingLog):
     async def _sync(self, rows: list[tuple[Any, ...]] | None = None) -> int:
         """Catch up (holding ``_mutex``): follow a compaction, then read new lines.
         ``rows``: the first read's result when the caller already has it."""
-        conn = self._connection()
+        _, _, reader = self._statements()
         delivered = 0
         while True:
             if rows is None:
                 try:
-                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
-                    rows = await cur.fetchall()
+                    await reader.execute(sql.READ, self._read_args())
+                    rows = await reader.fetchall()
                 except psycopg.Error as exc:
                     raise self._lost(exc) from exc
             read, more = self._take_rows(rows)
@@ -338,49 +341,76 @@ class PostgresLog(BatchingLog):
 
     @contextlib.asynccontextmanager
     async def _exclusive(self) -> AsyncIterator[None]:
-        """One transaction holding the queue's lock, caught up, for the block."""
+        """One transaction holding the queue's lock, caught up, for the block.
+
+        The whole batch is one pipeline (fewer driver steps than one per round trip):
+        ``BEGIN``, the lock and the read go out at once and the read's rows are
+        fetched without ending the pipeline; :meth:`_flush` sends the lines and
+        ``COMMIT`` and ends it (the one ``Sync`` that brings back every result)."""
         async with self._mutex:
-            conn = self._connection()
+            conn, cmd, reader = self._statements()
+            pipeline = contextlib.AsyncExitStack()
             try:  # one round trip: begin, wait for the lock, read what came before us
-                async with conn.pipeline():
-                    await conn.execute("BEGIN")
-                    await conn.execute(sql.LOCK, (self._key,))
-                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
-                rows = await cur.fetchall()
+                await pipeline.enter_async_context(conn.pipeline())
+                await cmd.execute("BEGIN")
+                await cmd.execute(sql.LOCK, (self._key,))
+                await reader.execute(sql.READ, self._read_args())
+                rows = await reader.fetchall()
             except psycopg.Error as exc:
+                await _end_quietly(pipeline)
                 raise self._lost(exc) from exc
+            self._pipeline = pipeline
             self._in_txn = True
             try:
                 await self._sync(rows)
                 yield
             finally:
-                if self._in_txn:  # nothing was committed: end the transaction
-                    self._in_txn = False
-                    try:
-                        await conn.execute("ROLLBACK")
-                    except psycopg.Error as exc:
-                        self._lost(exc)
+                self._pipeline = None
+                try:
+                    if self._in_txn:  # nothing was committed: end the transaction
+                        self._in_txn = False
+                        await cmd.execute("ROLLBACK")
+                    await pipeline.aclose()
+                except psycopg.Error as exc:
+                    await _end_quietly(pipeline)
+                    self._lost(exc)
+
+    def _statements(self) -> tuple[Conn, Cursor, Cursor]:
+        """The connection and its two reused binary cursors (one per batch statement
+        would cost a cursor object each): ``cmd`` for the statements whose rows nobody
+        reads, ``reader`` for READ alone (in a pipeline a cursor holds the result the
+        driver processed last, which must be READ's rows when we fetch them)."""
+        conn = self._connection()
+        if self._cursors is None or self._cursors[0] is not conn:
+            self._cursors = (conn, conn.cursor(binary=True), conn.cursor(binary=True))
+        return self._cursors
 
     def _stage(self, lines: list[bytes]) -> None:
         self._staged.extend(lines)
 
     async def _flush(self, durable: bool) -> None:
         lines, self._staged = self._staged, []
-        conn = self._connection()
+        conn, cmd, _ = self._statements()
+        pipeline, self._pipeline = self._pipeline, None
         # Delivered already: if the COMMIT's reply is lost, recovery asks the database.
         self._doubt = _Doubt(self._pos, self._byte_pos, lines) if lines else None
         try:
-            async with conn.pipeline():
+            async with contextlib.AsyncExitStack() as own:
+                if pipeline is None:  # not inside _exclusive's pipeline: a pipeline of ours
+                    await own.enter_async_context(conn.pipeline())
                 if not (durable and self._fsync_on):
-                    await conn.execute(sql.ASYNC_COMMIT)
+                    await cmd.execute(sql.ASYNC_COMMIT)
                 if lines:
-                    await conn.execute(sql.INSERT, (self.queue, self._pos, lines))
-                    await conn.execute(sql.NOTIFY, (CHANNEL, notify_payload(self.queue,
-                                                                            self._token)))
+                    payload = notify_payload(self.queue, self._token)
+                    await cmd.execute(sql.APPEND, (self.queue, self._pos, lines, CHANNEL, payload))
                 else:
-                    await conn.execute(sql.TOUCH_XID)
-                await conn.execute("COMMIT")
+                    await cmd.execute(sql.TOUCH_XID)
+                await cmd.execute("COMMIT")
+                if pipeline is not None:
+                    await pipeline.aclose()  # Sync: the COMMIT's outcome (or its error)
         except psycopg.Error as exc:
+            if pipeline is not None:
+                await _end_quietly(pipeline)
             raise self._lost(exc) from exc
         self._doubt = None
         self._in_txn = False
@@ -455,6 +485,12 @@ class PostgresLog(BatchingLog):
         self._byte_pos = sum(map(len, lines)) + tail_bytes
         self._records = len(lines) + self._records - point.records
         self._skipped -= point.skipped
+
+
+async def _end_quietly(pipeline: contextlib.AsyncExitStack) -> None:
+    """End a pipeline whose connection failed (its errors are the failure's echo)."""
+    with contextlib.suppress(psycopg.Error):
+        await pipeline.aclose()
 
 
 async def _close_quietly(conn: Conn | None) -> None:

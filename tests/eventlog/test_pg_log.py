@@ -141,11 +141,11 @@ async def test_a_batch_that_did_not_commit_is_undone_by_a_replay(
 
     log, rec = await _open(backend, logs, follow=False)
     await log.append(recs("before"))
-    good = sql.INSERT
-    monkeypatch.setattr(sql, "INSERT", good.replace("INSERT INTO", "INSERT INTO no_such_"))
+    good = sql.APPEND
+    monkeypatch.setattr(sql, "APPEND", good.replace("INSERT INTO", "INSERT INTO no_such_"))
     with pytest.raises(StorageUnavailable):
         await log.append(recs("phantom"))
-    monkeypatch.setattr(sql, "INSERT", good)
+    monkeypatch.setattr(sql, "APPEND", good)
     await _recovered(log)
     assert [r["k"] for r in rec.records] == ["before", "after"]
     assert rec.resets == 1
