@@ -3,6 +3,7 @@ the same invocation:
 
     python -m benchmarks.bench_pg_queue [--url URL] [--appends N] [--tasks N]
                                         [--peer-tasks N] [--rounds R] [--quick]
+                                        [--only A|B|C|AB|...]
 
 (A) durable appends/s of 32 concurrent appenders on ``PostgresLog`` (group commit)
     against 32 concurrent appenders each on its own psycopg connection doing one
