@@ -54,7 +54,6 @@ from benchmarks.bench_pg import (
     log_concurrent,
     raw_concurrent,
 )
-from snerd.eventlog.postgres import sql
 from snerd.eventlog.postgres.log import PostgresLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,11 +64,6 @@ PEER_DB = "bench_procrastinate"
 Figures = dict[str, list[float]]
 
 # ------------------------------------------------------------------ (A) appends
-
-
-TEXT_APPEND = sql.APPEND.replace("%b::bytea[]", "%s::bytea[]")
-"""PostgresLog's batch statement as it was before it sent the lines' array as ``%b``
-(binary)."""
 
 
 async def raw_appends(url: str, n: int) -> float:
@@ -110,15 +104,12 @@ async def raw_values(url: str, n: int) -> float:
         table.drop()
 
 
-async def log_appends(url: str, n: int, append: str = sql.APPEND) -> tuple[float, float]:
-    """(appends/s, appends per commit) of 32 appenders on PostgresLog, whose batch
-    statement is ``append`` for the run (the lever's before/after)."""
+async def log_appends(url: str, n: int) -> tuple[float, float]:
+    """(appends/s, appends per commit) of 32 appenders on PostgresLog."""
     queue = f"bench-{uuid.uuid4().hex[:12]}"
-    saved, sql.APPEND = sql.APPEND, append
     try:
         rate, commits = await log_concurrent(PostgresLog(_queue_url(url, queue), follow=False), n)
     finally:
-        sql.APPEND = saved
         drop_queue(url, queue)
     return rate, n / max(commits, 1)
 
@@ -316,13 +307,12 @@ async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int)
         return xs if r % 2 == 0 else xs[::-1]
 
     if "A" in args.only:
-        for key in order(["A/raw", "A/raw-values", "A/log", "A/log-text"]):
+        for key in order(["A/raw", "A/raw-values", "A/log"]):
             if key.startswith("A/raw"):
                 run = raw_appends if key == "A/raw" else raw_values
                 put(key, await run(args.url, args.appends))
                 continue
-            append = sql.APPEND if key == "A/log" else TEXT_APPEND
-            rate, per_commit = await log_appends(args.url, args.appends, append)
+            rate, per_commit = await log_appends(args.url, args.appends)
             put(key, rate)
             put(f"{key}/per-commit", per_commit)
     if "B" in args.only:
@@ -374,8 +364,6 @@ def _report_a(line: Callable[..., None], ratio: Callable[..., str], med: dict[st
     per_commit = f"{med['A/log/per-commit']:.1f} appends/commit"
     line(f"PostgresLog, {CONCURRENCY} appenders (group commit)", "A/log", "appends/s",
          f"{ratio('A/log', 'A/raw', 10)}; {per_commit}")  # fmt: skip
-    line("  the same, the lines' array as %s (text; before)", "A/log-text", "appends/s",
-         f"{ratio('A/log-text', 'A/raw')}; %b / %s: {ratio('A/log', 'A/log-text')}")  # fmt: skip
 
 
 async def _main(args: argparse.Namespace) -> None:

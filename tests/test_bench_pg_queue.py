@@ -14,8 +14,8 @@ from benchmarks import bench_pg_queue as bench
 
 def _figures(log: float, peer: float) -> bench.Figures:
     return {
-        "A/raw": [1000.0], "A/raw-values": [1000.0], "A/log": [log], "A/log-text": [log],
-        "A/log/per-commit": [32.0], "A/log-text/per-commit": [32.0],
+        "A/raw": [1000.0], "A/raw-values": [1000.0], "A/log": [log],
+        "A/log/per-commit": [32.0],
         "B/1": [100.0], "B/4": [250.0], "C/peer": [peer], "C/ours": [300.0],
     }  # fmt: skip
 

@@ -44,6 +44,17 @@ from snerd.eventlog.postgres.connect import (
 )
 from snerd.eventlog.postgres.schema import CHANNEL, lock_key, notify_payload, parse_payload
 from snerd.eventlog.postgres.url import PgTarget, parse
+from snerd.eventlog.postgres.wire import (
+    BYTEA_ARRAY,
+    INT8,
+    TEXT,
+    Step,
+    Wire,
+    bytea_array,
+    int8,
+    read_int8,
+    text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +62,14 @@ POLL_SECONDS = 1.0
 """The fallback poll of a follower: it catches up at least this often."""
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
-Cursor = psycopg.AsyncCursor[tuple[Any, ...]]
+
+_BEGIN: Step = ("BEGIN", (), ())
+_COMMIT: Step = ("COMMIT", (), ())
+_ROLLBACK: Step = ("ROLLBACK", (), ())
+_LOCK_TYPES = (INT8,)
+_READ_TYPES = (INT8, TEXT)  # pos, queue
+_APPEND_TYPES = (TEXT, INT8, BYTEA_ARRAY, TEXT, TEXT)  # queue, pos, lines, channel, payload
+_CHANNEL = text(CHANNEL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +137,10 @@ class PostgresLog(BatchingLog):
         self._background: set[asyncio.Task[None]] = set()
         self._staged: list[bytes] = []
         self._in_txn = False
-        self._cursors: tuple[Conn, Cursor, Cursor] | None = None
-        self._pipeline: contextlib.AsyncExitStack | None = None  # the batch's, until _flush
+        self._wire_of: Wire | None = None  # the batch statements' side of ``_conn``
+        self._queue_param = text(self.queue)
+        self._key_param = int8(self._key)
+        self._payload = text(notify_payload(self.queue, self._token))
         self._doubt: _Doubt | None = None  # a batch whose COMMIT's fate is unknown
         self._mutex = asyncio.Lock()
         self._compact_lock = asyncio.Lock()
@@ -224,13 +244,13 @@ class PostgresLog(BatchingLog):
     async def _sync(self, rows: list[tuple[Any, ...]] | None = None) -> int:
         """Catch up (holding ``_mutex``): follow a compaction, then read new lines.
         ``rows``: the first read's result when the caller already has it."""
-        _, _, reader = self._statements()
+        conn = self._connection()
         delivered = 0
         while True:
             if rows is None:
                 try:
-                    await reader.execute(sql.READ, self._read_args())
-                    rows = await reader.fetchall()
+                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
+                    rows = await cur.fetchall()
                 except psycopg.Error as exc:
                     raise self._lost(exc) from exc
             read, more = self._take_rows(rows)
@@ -343,74 +363,61 @@ class PostgresLog(BatchingLog):
     async def _exclusive(self) -> AsyncIterator[None]:
         """One transaction holding the queue's lock, caught up, for the block.
 
-        The whole batch is one pipeline (fewer driver steps than one per round trip):
-        ``BEGIN``, the lock and the read go out at once and the read's rows are
-        fetched without ending the pipeline; :meth:`_flush` sends the lines and
-        ``COMMIT`` and ends it (the one ``Sync`` that brings back every result)."""
+        Its statements go straight through libpq (:mod:`~snerd.eventlog.postgres.wire`):
+        ``BEGIN``, the lock and the read in one round trip (the read's snapshot is
+        taken once the lock is granted), then :meth:`_flush`'s in a second."""
         async with self._mutex:
-            conn, cmd, reader = self._statements()
-            pipeline = contextlib.AsyncExitStack()
-            try:  # one round trip: begin, wait for the lock, read what came before us
-                await pipeline.enter_async_context(conn.pipeline())
-                await cmd.execute("BEGIN")
-                await cmd.execute(sql.LOCK, (self._key,))
-                await reader.execute(sql.READ, self._read_args())
-                rows = await reader.fetchall()
+            wire = self._wire()
+            read = (sql.READ, _READ_TYPES, (int8(self._pos), self._queue_param))
+            try:
+                result = await wire.round_trip([_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)),
+                                                read], end=False)  # fmt: skip
             except psycopg.Error as exc:
-                await _end_quietly(pipeline)
                 raise self._lost(exc) from exc
-            self._pipeline = pipeline
+            rows = [(read_int8(result.get_value(i, 0)), read_int8(result.get_value(i, 1)),
+                     result.get_value(i, 2)) for i in range(result.ntuples)]  # fmt: skip
             self._in_txn = True
             try:
                 await self._sync(rows)
                 yield
             finally:
-                self._pipeline = None
-                try:
-                    if self._in_txn:  # nothing was committed: end the transaction
-                        self._in_txn = False
-                        await cmd.execute("ROLLBACK")
-                    await pipeline.aclose()
-                except psycopg.Error as exc:
-                    await _end_quietly(pipeline)
-                    self._lost(exc)
+                if self._in_txn:  # nothing was committed: end the transaction
+                    self._in_txn = False
+                    try:
+                        await wire.round_trip([_ROLLBACK], end=True)
+                    except psycopg.Error as exc:
+                        self._lost(exc)
 
-    def _statements(self) -> tuple[Conn, Cursor, Cursor]:
-        """The connection and its two reused binary cursors (one per batch statement
-        would cost a cursor object each): ``cmd`` for the statements whose rows nobody
-        reads, ``reader`` for READ alone (in a pipeline a cursor holds the result the
-        driver processed last, which must be READ's rows when we fetch them)."""
+    def _wire(self) -> Wire:
+        """The current connection's libpq side (a lost or half-used one raises)."""
         conn = self._connection()
-        if self._cursors is None or self._cursors[0] is not conn:
-            self._cursors = (conn, conn.cursor(binary=True), conn.cursor(binary=True))
-        return self._cursors
+        if self._wire_of is None or self._wire_of.conn is not conn:
+            self._wire_of = Wire(conn)
+        elif self._wire_of.broken:  # a round trip was cut short (cancelled): drop it
+            raise self._lost(psycopg.OperationalError("a batch was interrupted midway"))
+        return self._wire_of
 
     def _stage(self, lines: list[bytes]) -> None:
         self._staged.extend(lines)
 
     async def _flush(self, durable: bool) -> None:
         lines, self._staged = self._staged, []
-        conn, cmd, _ = self._statements()
-        pipeline, self._pipeline = self._pipeline, None
+        wire = self._wire()
         # Delivered already: if the COMMIT's reply is lost, recovery asks the database.
         self._doubt = _Doubt(self._pos, self._byte_pos, lines) if lines else None
+        steps: list[Step] = []
+        if not (durable and self._fsync_on):
+            steps.append((sql.ASYNC_COMMIT, (), ()))
+        if lines:
+            values = (self._queue_param, int8(self._pos), bytea_array(lines), _CHANNEL,
+                      self._payload)  # fmt: skip
+            steps.append((sql.APPEND, _APPEND_TYPES, values))
+        else:
+            steps.append((sql.TOUCH_XID, (), ()))
+        steps.append(_COMMIT)
         try:
-            async with contextlib.AsyncExitStack() as own:
-                if pipeline is None:  # not inside _exclusive's pipeline: a pipeline of ours
-                    await own.enter_async_context(conn.pipeline())
-                if not (durable and self._fsync_on):
-                    await cmd.execute(sql.ASYNC_COMMIT)
-                if lines:
-                    payload = notify_payload(self.queue, self._token)
-                    await cmd.execute(sql.APPEND, (self.queue, self._pos, lines, CHANNEL, payload))
-                else:
-                    await cmd.execute(sql.TOUCH_XID)
-                await cmd.execute("COMMIT")
-                if pipeline is not None:
-                    await pipeline.aclose()  # Sync: the COMMIT's outcome (or its error)
+            await wire.round_trip(steps, end=True)
         except psycopg.Error as exc:
-            if pipeline is not None:
-                await _end_quietly(pipeline)
             raise self._lost(exc) from exc
         self._doubt = None
         self._in_txn = False
@@ -485,12 +492,6 @@ class PostgresLog(BatchingLog):
         self._byte_pos = sum(map(len, lines)) + tail_bytes
         self._records = len(lines) + self._records - point.records
         self._skipped -= point.skipped
-
-
-async def _end_quietly(pipeline: contextlib.AsyncExitStack) -> None:
-    """End a pipeline whose connection failed (its errors are the failure's echo)."""
-    with contextlib.suppress(psycopg.Error):
-        await pipeline.aclose()
 
 
 async def _close_quietly(conn: Conn | None) -> None:
