@@ -1,21 +1,23 @@
 """A group-commit batch's statements sent straight through libpq (``psycopg.pq``).
 
-Each statement through psycopg's cursors costs ~40 us of client CPU (cursor state,
-adaptation, its prepared-statement bookkeeping, one wait per statement); a batch runs
-five or six of them, and with 32 appenders that was a third of the client's CPU per
-batch (benchmarks/README.md, bench_pg_queue). Here a round trip's statements go out in
-one libpq pipeline as named prepared statements with binary parameters the caller has
-already encoded, and the client waits once per round trip.
+Each statement through psycopg's cursors costs ~40 us of client CPU on our 2-core VM
+(cursor state, adaptation, its prepared-statement bookkeeping, a wait per statement); a
+batch ran six of them in two pipelines, about half of the client's busy time with 32
+appenders (benchmarks/README.md, bench_pg_queue). Here a round trip's statements go out
+in one libpq pipeline as named prepared statements (``Parse`` once per connection) with
+binary parameters the caller encoded, and the client waits once per round trip.
 
-The connection stays a psycopg ``AsyncConnection`` for everything else (compaction,
-catch-up, the fault tests): a round trip leaves libpq as psycopg expects it, out of
-pipeline mode with every result collected, mid-transaction or not. A batch's
-transaction is explicit (``BEGIN`` ... ``COMMIT``), so nothing commits at the
-pipeline's ``Sync``.
+The connection stays a psycopg ``AsyncConnection`` for everything else (catch-up
+reads, compaction): a round trip leaves libpq as psycopg expects it, out of pipeline
+mode with every result collected, inside the batch's transaction or not. That
+transaction is explicit (``BEGIN`` ... ``COMMIT``), so nothing commits at a pipeline's
+``Sync``. psycopg forgets its own prepared statements at every ``ROLLBACK`` it runs
+(``DEALLOCATE ALL``, which would drop ours too); the batch's ``ROLLBACK`` goes through
+here, so psycopg does not see it.
 
-A failure raises a :class:`psycopg.Error` (the caller drops the connection: its
-pipeline state is then unknown); so does a cancellation midway, after which the
-connection is unusable too (:attr:`Wire.broken`).
+A failure raises a :class:`psycopg.Error`: the caller drops the connection, whose
+pipeline state is then unknown. A cancellation midway leaves :attr:`Wire.broken` set:
+the next round trip raises instead of reading another round trip's results.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%[sb]")
 
 def numbered(statement: str) -> bytes:
     """``statement`` with psycopg's placeholders as ``$1``, ``$2``, ... (a named one
-    keeps its number wherever it recurs)."""
+    keeps its number wherever it recurs; no ``%%`` escapes: our statements have none)."""
     names: dict[str, int] = {}
     count = 0
 
