@@ -3,6 +3,7 @@ the same invocation:
 
     python -m benchmarks.bench_pg_queue [--url URL] [--appends N] [--tasks N]
                                         [--peer-tasks N] [--rounds R] [--quick]
+                                        [--only A|B|C|AB|...]
 
 (A) durable appends/s of 32 concurrent appenders on ``PostgresLog`` (group commit)
     against 32 concurrent appenders each on its own psycopg connection doing one
@@ -53,7 +54,6 @@ from benchmarks.bench_pg import (
     log_concurrent,
     raw_concurrent,
 )
-from snerd.eventlog.postgres import sql
 from snerd.eventlog.postgres.log import PostgresLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,10 +64,6 @@ PEER_DB = "bench_procrastinate"
 Figures = dict[str, list[float]]
 
 # ------------------------------------------------------------------ (A) appends
-
-
-TEXT_INSERT = sql.INSERT.replace("%b::bytea[]", "%s::bytea[]")
-"""PostgresLog's INSERT as it was before it sent the lines' array as ``%b`` (binary)."""
 
 
 async def raw_appends(url: str, n: int) -> float:
@@ -108,15 +104,12 @@ async def raw_values(url: str, n: int) -> float:
         table.drop()
 
 
-async def log_appends(url: str, n: int, insert: str = sql.INSERT) -> tuple[float, float]:
-    """(appends/s, appends per commit) of 32 appenders on PostgresLog, whose batch
-    INSERT is ``insert`` for the run (the lever's before/after)."""
+async def log_appends(url: str, n: int) -> tuple[float, float]:
+    """(appends/s, appends per commit) of 32 appenders on PostgresLog."""
     queue = f"bench-{uuid.uuid4().hex[:12]}"
-    saved, sql.INSERT = sql.INSERT, insert
     try:
         rate, commits = await log_concurrent(PostgresLog(_queue_url(url, queue), follow=False), n)
     finally:
-        sql.INSERT = saved
         drop_queue(url, queue)
     return rate, n / max(commits, 1)
 
@@ -313,23 +306,25 @@ async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int)
     def order(xs: list[Any]) -> list[Any]:
         return xs if r % 2 == 0 else xs[::-1]
 
-    for key in order(["A/raw", "A/raw-values", "A/log", "A/log-text"]):
-        if key.startswith("A/raw"):
-            run = raw_appends if key == "A/raw" else raw_values
-            put(key, await run(args.url, args.appends))
-            continue
-        insert = sql.INSERT if key == "A/log" else TEXT_INSERT
-        rate, per_commit = await log_appends(args.url, args.appends, insert)
-        put(key, rate)
-        put(f"{key}/per-commit", per_commit)
-    for count in order([1, 4]):
-        put(f"B/{count}", await daemons(args.url, count, args.tasks, work))
-    runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
-        ("C/peer", lambda: peer_fresh(args.url, args.peer_tasks)),
-        ("C/ours", lambda: ours(args.url, args.peer_tasks)),
-    ]
-    for key, run in order(runs):
-        put(key, await run())
+    if "A" in args.only:
+        for key in order(["A/raw", "A/raw-values", "A/log"]):
+            if key.startswith("A/raw"):
+                run = raw_appends if key == "A/raw" else raw_values
+                put(key, await run(args.url, args.appends))
+                continue
+            rate, per_commit = await log_appends(args.url, args.appends)
+            put(key, rate)
+            put(f"{key}/per-commit", per_commit)
+    if "B" in args.only:
+        for count in order([1, 4]):
+            put(f"B/{count}", await daemons(args.url, count, args.tasks, work))
+    if "C" in args.only:
+        runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+            ("C/peer", lambda: peer_fresh(args.url, args.peer_tasks)),
+            ("C/ours", lambda: ours(args.url, args.peer_tasks)),
+        ]
+        for key, run in order(runs):
+            put(key, await run())
 
 
 def _report(figures: Figures, args: argparse.Namespace) -> None:
@@ -346,6 +341,21 @@ def _report(figures: Figures, args: argparse.Namespace) -> None:
     def line(label: str, key: str, unit: str, note: str = "") -> None:
         print(f"  {label:<50}: {med[key]:9,.0f} {unit}  {note}")
 
+    if "A" in args.only:
+        _report_a(line, ratio, med, args)
+    if "B" in args.only:
+        print(f"(B) {args.tasks:,} tasks of {HANDLER_SECONDS * 1000:.0f} ms end to end, snerdmq "
+              f"daemons on one URL, {WORKERS} workers each")  # fmt: skip
+        line("1 daemon", "B/1", "tasks/s", "(1.00x)")
+        line("4 daemons", "B/4", "tasks/s", ratio("B/4", "B/1", 3))
+    if "C" in args.only:
+        print(f"(C) {args.peer_tasks:,} no-op tasks, enqueued concurrently, {WORKERS} workers")
+        line("procrastinate (worker first, concurrency 8)", "C/peer", "tasks/s", "(1.00x)")
+        line("snerd.Queue(URL, max_workers=8)", "C/ours", "tasks/s", ratio("C/ours", "C/peer", 3))
+
+
+def _report_a(line: Callable[..., None], ratio: Callable[..., str], med: dict[str, float],
+              args: argparse.Namespace) -> None:  # fmt: skip
     print(f"(A) durable appends, {CONCURRENCY} concurrent appenders, {args.appends:,} appends")
     line(f"{CONCURRENCY} psycopg connections, INSERT+COMMIT each", "A/raw", "appends/s", "(1.00x)")
     line("  the same, a plain INSERT ... VALUES", "A/raw-values", "appends/s",
@@ -354,15 +364,6 @@ def _report(figures: Figures, args: argparse.Namespace) -> None:
     per_commit = f"{med['A/log/per-commit']:.1f} appends/commit"
     line(f"PostgresLog, {CONCURRENCY} appenders (group commit)", "A/log", "appends/s",
          f"{ratio('A/log', 'A/raw', 10)}; {per_commit}")  # fmt: skip
-    line("  the same, the lines' array as %s (text; before)", "A/log-text", "appends/s",
-         f"{ratio('A/log-text', 'A/raw')}; %b / %s: {ratio('A/log', 'A/log-text')}")  # fmt: skip
-    print(f"(B) {args.tasks:,} tasks of {HANDLER_SECONDS * 1000:.0f} ms end to end, snerdmq "
-          f"daemons on one URL, {WORKERS} workers each")  # fmt: skip
-    line("1 daemon", "B/1", "tasks/s", "(1.00x)")
-    line("4 daemons", "B/4", "tasks/s", ratio("B/4", "B/1", 3))
-    print(f"(C) {args.peer_tasks:,} no-op tasks, enqueued concurrently, {WORKERS} workers")
-    line("procrastinate (worker first, concurrency 8)", "C/peer", "tasks/s", "(1.00x)")
-    line("snerd.Queue(URL, max_workers=8)", "C/ours", "tasks/s", ratio("C/ours", "C/peer", 3))
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -400,6 +401,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--peer-tasks", type=int, default=5000, help="(C) tasks per figure")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="one round, 1,000 tasks in (B)")
+    p.add_argument("--only", default="ABC", type=str.upper,
+                   help="the figures to run, e.g. A or BC (default: %(default)s)")  # fmt: skip
     p.add_argument("--dir", help="parent of the daemons' working dirs (default: <repo>/../tmp)")
     args = p.parse_args(argv)
     if args.quick:

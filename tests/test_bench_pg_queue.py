@@ -14,8 +14,8 @@ from benchmarks import bench_pg_queue as bench
 
 def _figures(log: float, peer: float) -> bench.Figures:
     return {
-        "A/raw": [1000.0], "A/raw-values": [1000.0], "A/log": [log], "A/log-text": [log],
-        "A/log/per-commit": [32.0], "A/log-text/per-commit": [32.0],
+        "A/raw": [1000.0], "A/raw-values": [1000.0], "A/log": [log],
+        "A/log/per-commit": [32.0],
         "B/1": [100.0], "B/4": [250.0], "C/peer": [peer], "C/ours": [300.0],
     }  # fmt: skip
 
@@ -23,7 +23,7 @@ def _figures(log: float, peer: float) -> bench.Figures:
 def test_report_says_met_only_when_the_ratio_reaches_the_goal(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    args = argparse.Namespace(appends=2000, tasks=100, peer_tasks=100)
+    args = argparse.Namespace(appends=2000, tasks=100, peer_tasks=100, only="ABC")
     bench._report(_figures(log=10_000.0, peer=100.0), args)
     out = capsys.readouterr().out
     assert "10.00x (goal 10x: met)" in out
@@ -33,6 +33,17 @@ def test_report_says_met_only_when_the_ratio_reaches_the_goal(
     out = capsys.readouterr().out
     assert "9.99x (goal 10x: NOT met)" in out
     assert "2.97x (goal 3x: NOT met)" in out
+
+
+def test_only_runs_and_reports_the_figures_named(capsys: pytest.CaptureFixture[str]) -> None:
+    args = bench._parse(["--only", "a"])
+    assert args.only == "A"
+    figures = {k: v for k, v in _figures(log=10_000.0, peer=100.0).items() if k[0] == "A"}
+    bench._report(figures, args)  # no (B) or (C) figures: none asked for, none needed
+    out = capsys.readouterr().out
+    assert "(A) durable appends" in out
+    assert "(B)" not in out and "(C)" not in out
+    assert bench._parse([]).only == "ABC"
 
 
 def test_quick_keeps_an_explicit_task_count() -> None:

@@ -44,6 +44,17 @@ from snerd.eventlog.postgres.connect import (
 )
 from snerd.eventlog.postgres.schema import CHANNEL, lock_key, notify_payload, parse_payload
 from snerd.eventlog.postgres.url import PgTarget, parse
+from snerd.eventlog.postgres.wire import (
+    BYTEA_ARRAY,
+    INT8,
+    TEXT,
+    Step,
+    Wire,
+    bytea_array,
+    int8,
+    read_int8,
+    text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +62,14 @@ POLL_SECONDS = 1.0
 """The fallback poll of a follower: it catches up at least this often."""
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+_BEGIN: Step = ("BEGIN", (), ())
+_COMMIT: Step = ("COMMIT", (), ())
+_ROLLBACK: Step = ("ROLLBACK", (), ())
+_LOCK_TYPES = (INT8,)
+_READ_TYPES = (INT8, TEXT)  # pos, queue
+_APPEND_TYPES = (TEXT, INT8, BYTEA_ARRAY, TEXT, TEXT)  # queue, pos, lines, channel, payload
+_CHANNEL = text(CHANNEL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +138,10 @@ class PostgresLog(BatchingLog):
         self._background: set[asyncio.Task[None]] = set()
         self._staged: list[bytes] = []
         self._in_txn = False
+        self._wire_of: Wire | None = None  # the batch statements' side of ``_conn``
+        self._queue_param = text(self.queue)
+        self._key_param = int8(self._key)
+        self._payload = text(notify_payload(self.queue, self._token))
         self._doubt: _Doubt | None = None  # a batch whose COMMIT's fate is unknown
         self._mutex = asyncio.Lock()
         self._compact_lock = asyncio.Lock()
@@ -342,19 +365,23 @@ class PostgresLog(BatchingLog):
 
     @contextlib.asynccontextmanager
     async def _exclusive(self) -> AsyncIterator[None]:
-        """One transaction holding the queue's lock, caught up, for the block."""
+        """One transaction holding the queue's lock, caught up, for the block.
+
+        Its statements go straight through libpq (:mod:`~snerd.eventlog.postgres.wire`):
+        ``BEGIN``, the lock and the read in one round trip (the read's snapshot is
+        taken once the lock is granted), then :meth:`_flush`'s in a second."""
         async with self._mutex:
             if self._behind:  # fold what others wrote before taking the lock, not under it
                 await self._sync()
-            conn = self._connection()
-            try:  # one round trip: begin, wait for the lock, read what came before us
-                async with conn.pipeline():
-                    await conn.execute("BEGIN")
-                    await conn.execute(sql.LOCK, (self._key,))
-                    cur = await conn.cursor(binary=True).execute(sql.READ, self._read_args())
-                rows = await cur.fetchall()
+            wire = self._wire()
+            read = (sql.READ, _READ_TYPES, (int8(self._pos), self._queue_param))
+            try:
+                result = await wire.round_trip([_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)),
+                                                read], end=False)  # fmt: skip
             except psycopg.Error as exc:
                 raise self._lost(exc) from exc
+            rows = [(read_int8(result.get_value(i, 0)), read_int8(result.get_value(i, 1)),
+                     result.get_value(i, 2)) for i in range(result.ntuples)]  # fmt: skip
             self._in_txn = True
             try:
                 await self._sync(rows)
@@ -363,29 +390,39 @@ class PostgresLog(BatchingLog):
                 if self._in_txn:  # nothing was committed: end the transaction
                     self._in_txn = False
                     try:
-                        await conn.execute("ROLLBACK")
+                        await wire.round_trip([_ROLLBACK], end=True)
                     except psycopg.Error as exc:
                         self._lost(exc)
+
+    def _wire(self) -> Wire:
+        """The current connection's libpq side (a lost or half-used one raises)."""
+        conn = self._connection()
+        if self._wire_of is None or self._wire_of.conn is not conn:
+            self._wire_of = Wire(conn)
+        elif self._wire_of.broken:  # a round trip was cut short (cancelled): drop it
+            raise self._lost(psycopg.OperationalError("a batch was interrupted midway"))
+        return self._wire_of
 
     def _stage(self, lines: list[bytes]) -> None:
         self._staged.extend(lines)
 
     async def _flush(self, durable: bool) -> None:
         lines, self._staged = self._staged, []
-        conn = self._connection()
+        wire = self._wire()
         # Delivered already: if the COMMIT's reply is lost, recovery asks the database.
         self._doubt = _Doubt(self._pos, self._byte_pos, lines) if lines else None
+        steps: list[Step] = []
+        if not (durable and self._fsync_on):
+            steps.append((sql.ASYNC_COMMIT, (), ()))
+        if lines:
+            values = (self._queue_param, int8(self._pos), bytea_array(lines), _CHANNEL,
+                      self._payload)  # fmt: skip
+            steps.append((sql.APPEND, _APPEND_TYPES, values))
+        else:
+            steps.append((sql.TOUCH_XID, (), ()))
+        steps.append(_COMMIT)
         try:
-            async with conn.pipeline():
-                if not (durable and self._fsync_on):
-                    await conn.execute(sql.ASYNC_COMMIT)
-                if lines:
-                    await conn.execute(sql.INSERT, (self.queue, self._pos, lines))
-                    await conn.execute(sql.NOTIFY, (CHANNEL, notify_payload(self.queue,
-                                                                            self._token)))
-                else:
-                    await conn.execute(sql.TOUCH_XID)
-                await conn.execute("COMMIT")
+            await wire.round_trip(steps, end=True)
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
         self._doubt = None
@@ -400,8 +437,8 @@ class PostgresLog(BatchingLog):
         if not self._fsync_on:
             return
         async with self._mutex:
-            try:
-                await self._connection().execute(sql.TOUCH_XID)
+            try:  # no BEGIN: the pipeline's Sync commits it (an implicit transaction)
+                await self._wire().round_trip([(sql.TOUCH_XID, (), ())], end=True)
             except psycopg.Error as exc:
                 raise self._lost(exc) from exc
 

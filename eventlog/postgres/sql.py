@@ -1,4 +1,7 @@
-"""The statements of :class:`~snerd.eventlog.postgres.log.PostgresLog` (all parameterized)."""
+"""The statements of :class:`~snerd.eventlog.postgres.log.PostgresLog` (all parameterized).
+
+Written with psycopg's placeholders; a batch's own (``LOCK``, ``READ``, ``APPEND``, ...)
+go through :mod:`~snerd.eventlog.postgres.wire`, which numbers them ``$1``, ``$2``, ..."""
 
 from __future__ import annotations
 
@@ -23,6 +26,10 @@ INSERT = (
     " SELECT %s, %s + t.n, t.line FROM unnest(%b::bytea[]) WITH ORDINALITY AS t(line, n)"
 )
 NOTIFY = "SELECT pg_notify(%s, %s)"
+APPEND = f"WITH appended AS ({INSERT}) SELECT pg_notify(%s, %s)"
+"""A batch's lines and its notification in one statement (one statement fewer per
+batch): a data-modifying ``WITH`` runs exactly once and to completion whether or not
+the outer ``SELECT`` reads it."""
 TOUCH_XID = "SELECT pg_current_xact_id()"
 """Gives an empty transaction an id, so that its commit waits for the WAL to reach disk:
 a durable "sync" of the lines committed earlier with ``synchronous_commit = off``."""

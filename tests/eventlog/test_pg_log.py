@@ -141,11 +141,11 @@ async def test_a_batch_that_did_not_commit_is_undone_by_a_replay(
 
     log, rec = await _open(backend, logs, follow=False)
     await log.append(recs("before"))
-    good = sql.INSERT
-    monkeypatch.setattr(sql, "INSERT", good.replace("INSERT INTO", "INSERT INTO no_such_"))
+    good = sql.APPEND
+    monkeypatch.setattr(sql, "APPEND", good.replace("INSERT INTO", "INSERT INTO no_such_"))
     with pytest.raises(StorageUnavailable):
         await log.append(recs("phantom"))
-    monkeypatch.setattr(sql, "INSERT", good)
+    monkeypatch.setattr(sql, "APPEND", good)
     await _recovered(log)
     assert [r["k"] for r in rec.records] == ["before", "after"]
     assert rec.resets == 1
@@ -175,3 +175,61 @@ def test_a_newer_schema_is_refused() -> None:
     check_version(VERSION)
     with pytest.raises(LogError, match=f"version {VERSION + 1}"):
         check_version(VERSION + 1)
+
+
+def test_placeholders_are_numbered_as_the_server_takes_them() -> None:
+    from snerd.eventlog.postgres import sql
+    from snerd.eventlog.postgres.wire import numbered
+
+    assert numbered("SELECT %s, %b, %s") == b"SELECT $1, $2, $3"
+    assert numbered("a = %(x)s AND b = %(y)s OR c = %(x)s") == b"a = $1 AND b = $2 OR c = $1"
+    assert b"pos > $1" in numbered(sql.READ) and b"q.queue = $2" in numbered(sql.READ)
+    appended = numbered(sql.APPEND)
+    assert b"SELECT $1, $2 + t.n" in appended and b"unnest($3::bytea[])" in appended
+    assert appended.endswith(b"pg_notify($4, $5)")
+
+
+async def test_the_binary_lines_array_reaches_the_table_byte_for_byte(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    import psycopg
+
+    from snerd.eventlog.postgres.wire import BYTEA_ARRAY, Wire, bytea_array
+
+    items = [b"", b"\x00\xff\n", "é".encode() * 300, b"x"]
+    async with await psycopg.AsyncConnection.connect(pgkit.PG_URL, autocommit=True) as conn:
+        result = await Wire(conn).round_trip(
+            [("SELECT unnest(%b::bytea[])", (BYTEA_ARRAY,), (bytea_array(items),))], end=True
+        )
+        assert [result.get_value(i, 0) for i in range(result.ntuples)] == items
+
+
+async def test_prepared_statements_dropped_under_the_log_cost_one_batch(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """Someone DEALLOCATEs the batch statements: that batch fails (a storage fault),
+    the log reconnects, prepares them again and goes on."""
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("before"))
+    await log._conn.execute("DEALLOCATE ALL")
+    with pytest.raises(StorageUnavailable):
+        await log.append(recs("refused"))
+    await _recovered(log)
+    assert [r["k"] for r in rec.records] == ["before", "after"]
+
+
+async def test_a_batch_cut_short_midway_drops_the_connection(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """A round trip that never finished (cancelled while waiting for the server)
+    leaves libpq mid-pipeline: the next batch gives the connection up and the log
+    recovers on a new one (the interrupted transaction never committed)."""
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("before"))
+    pid = log._conn.info.backend_pid
+    log._wire().broken = True  # what a cancellation between send and reply leaves
+    with pytest.raises(StorageUnavailable):
+        await log.append(recs("refused"))
+    await _recovered(log)
+    assert log._conn.info.backend_pid != pid
+    assert [r["k"] for r in rec.records] == ["before", "after"]
