@@ -124,7 +124,6 @@ class PostgresLog(BatchingLog):
         self.queue = self.target.queue
         self._key = lock_key("log", self.queue)
         self._token = secrets.token_hex(6)  # tells our own notifications from others'
-        self._behind = False  # another writer notified since our last read
         self._fsync_on = fsync
         self._follow_on = follow
         self._poll = poll_interval
@@ -247,7 +246,6 @@ class PostgresLog(BatchingLog):
         ``rows``: the first read's result when the caller already has it."""
         conn = self._connection()
         delivered = 0
-        self._behind = False
         while True:
             if rows is None:
                 try:
@@ -358,7 +356,6 @@ class PostgresLog(BatchingLog):
         async for note in self._listen.notifies(timeout=self._poll):
             queue, token = parse_payload(note.payload)
             if queue == self.queue and token != self._token:
-                self._behind = True
                 return
 
     # --------------------------------------------------------------- writing
@@ -371,8 +368,6 @@ class PostgresLog(BatchingLog):
         ``BEGIN``, the lock and the read in one round trip (the read's snapshot is
         taken once the lock is granted), then :meth:`_flush`'s in a second."""
         async with self._mutex:
-            if self._behind:  # fold what others wrote before taking the lock, not under it
-                await self._sync()
             wire = self._wire()
             read = (sql.READ, _READ_TYPES, (int8(self._pos), self._queue_param))
             try:
