@@ -127,7 +127,7 @@ class BulkFolder:
         decode's common case (``events.SEQUENCED``) taken in this loop, and ``n`` and
         ``last_seq`` kept in locals (no rule reads ``last_seq``; ``n`` is written back
         before each rule, which reads it as the record's order)."""
-        rules, sequenced, get_decoder = _RULES, SEQUENCED, SEQUENCED.get
+        rules, get_decoder = _RULES, SEQUENCED.get
         n, last_seq = self.n, self.last_seq
         for record in records:
             seq = record.get(_F_SEQ)
@@ -164,9 +164,7 @@ class BulkFolder:
             last_seq=self.last_seq,
             invalid=self.invalid,
             counters={
-                (metric, kind): n
-                for metric, per in self.counts.items()
-                for kind, n in per.items()
+                (metric, kind): n for metric, per in self.counts.items() for kind, n in per.items()
             },
             histograms={
                 (name, kind): acc.frozen()
