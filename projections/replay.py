@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter as PyCounter
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from itertools import islice
 from typing import Any, Final
 
 from snerd.projections import events as ev
@@ -94,6 +95,7 @@ _F_TASK_TYPE: Final = ev.F_TASK_TYPE
 _F_SEQ: Final = ev.F_SEQ
 _F_EVENT: Final = ev.F_EVENT
 _RULES: Final = RULES
+_SETTLE_EVERY: Final = 16_384  # records: bounds what the collected counts hold
 
 
 class BulkFolder:
@@ -109,15 +111,17 @@ class BulkFolder:
         self.n = 0
         self.last_seq = 0
         self.invalid = 0
-        # Counted per batch: each metric's task types in a list, and each histogram's
-        # samples per task type, added up at the end of the batch (``_settle``) in a few
-        # C calls (``Counter.update``, ``Tally.observe_all``) instead of a dict update
-        # and a method call per event. No key tuple is built per event either: counts
-        # are keyed by (metric, type) once, at finish.
+        # Counted in batches: each metric's task types in a list, and each histogram's
+        # samples per task type, added up now and then (``_settle``: every
+        # _SETTLE_EVERY records, before a compaction's totals, at finish) in a few C
+        # calls (``Counter.update``, ``Tally.observe_all``) instead of a dict update and
+        # a method call per event. No key tuple is built per event either: counts are
+        # keyed by (metric, type) once, at finish.
         self.counts: defaultdict[str, PyCounter[str]] = defaultdict(PyCounter)
         self.tallies: defaultdict[str, defaultdict[str, Tally]] = defaultdict(_tallies)
         self.kinds: defaultdict[str, list[str]] = defaultdict(list)
         self.samples: defaultdict[str, defaultdict[str, list[float]]] = defaultdict(_samples)
+        self.settled = 0  # n at the last _settle
         self.on_count = on_count
         # ``entry`` is the table's own ``get``: the rules' most frequent call, at C speed.
         self.entry: Callable[[str], _Live | None] = self.live.get
@@ -129,27 +133,39 @@ class BulkFolder:
         before each rule, which reads it as the record's order)."""
         rules, get_decoder = _RULES, SEQUENCED.get
         n, last_seq = self.n, self.last_seq
-        for record in records:
-            seq = record.get(_F_SEQ)
-            name = record.get(_F_EVENT)
-            decoder = get_decoder(name) if type(name) is str else None
-            if decoder is not None and type(seq) is int and 0 < seq <= MAX_SEQ:
-                event = decoder(record, seq)
-                if seq > last_seq:
-                    last_seq = seq
-            else:
-                event = decode(record)
-                if event.seq is not None and event.seq > last_seq:
-                    last_seq = event.seq
-            n += 1
-            self.n = n
-            rules[type(event)](self, event)
-        self.last_seq = last_seq
-        self._settle()
+        it = iter(records)
+        while True:  # in slices, to settle the counts of a long iterable now and then
+            start = n
+            for record in islice(it, _SETTLE_EVERY):
+                seq = record.get(_F_SEQ)
+                name = record.get(_F_EVENT)
+                decoder = get_decoder(name) if type(name) is str else None
+                if decoder is not None and type(seq) is int and 0 < seq <= MAX_SEQ:
+                    event = decoder(record, seq)
+                    if seq > last_seq:
+                        last_seq = seq
+                else:
+                    event = decode(record)
+                    if event.seq is not None and event.seq > last_seq:
+                        last_seq = event.seq
+                n += 1
+                self.n = n
+                rules[type(event)](self, event)
+            self.last_seq = last_seq
+            if n - self.settled >= _SETTLE_EVERY:
+                self._settle()
+            if n - start < _SETTLE_EVERY:
+                return
 
     def feed_events(self, events: Iterable[Event]) -> None:
-        step_all(self, events)
-        self._settle()
+        it = iter(events)
+        while True:
+            start = self.n
+            step_all(self, islice(it, _SETTLE_EVERY))
+            if self.n - self.settled >= _SETTLE_EVERY:
+                self._settle()
+            if self.n - start < _SETTLE_EVERY:
+                return
 
     def finish(self) -> QueueState:
         self._settle()
@@ -175,6 +191,7 @@ class BulkFolder:
 
     def _settle(self) -> None:
         """Add up what :meth:`count` collected."""
+        self.settled = self.n
         for metric, kinds in self.kinds.items():
             self.counts[metric].update(kinds)
         self.kinds.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -13,6 +14,7 @@ from hypothesis_budget import examples
 from snerd.projections import counters as ctr
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
+from snerd.projections import replay
 from snerd.projections.commands import Enqueue
 from snerd.projections.history import audit, summarize
 from snerd.projections.replay import BulkFolder, bulk_fold
@@ -227,16 +229,21 @@ def _timed_log(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(_timed_log(), st.integers(min_value=1, max_value=10))
+@given(_timed_log(), st.integers(min_value=1, max_value=10), st.integers(min_value=1, max_value=6))
 def test_bulk_totals_equal_the_incremental_folds_exactly(
-    records: list[dict[str, Any]], chunk: int
+    records: list[dict[str, Any]], chunk: int, settle_every: int
 ) -> None:
     state, _ = fold(empty(), records)
-    folder = BulkFolder()
-    for start in range(0, len(records), chunk):
-        folder.feed(records[start : start + chunk])
-    bulk = folder.finish()
+    with mock.patch.object(replay, "_SETTLE_EVERY", settle_every):  # settled mid-batch too
+        folder = BulkFolder()
+        for start in range(0, len(records), chunk):
+            folder.feed(records[start : start + chunk])
+        bulk = folder.finish()
+        by_events = BulkFolder()
+        by_events.feed_events(ev.decode(record) for record in records)
+        assert by_events.finish().histograms == bulk.histograms
     assert dict(bulk.counters) == dict(state.counters)
     assert {k: (c, repr(t)) for k, (c, t) in bulk.histograms.items()} == {
         k: (c, repr(t)) for k, (c, t) in state.histograms.items()
     }
+    assert bulk.n == state.n and bulk.last_seq == state.last_seq
