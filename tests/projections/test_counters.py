@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_budget import examples
 
 from snerd.projections import counters as ctr
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
+from snerd.projections import replay
 from snerd.projections.commands import Enqueue
 from snerd.projections.history import audit, summarize
-from snerd.projections.replay import bulk_fold
+from snerd.projections.replay import BulkFolder, bulk_fold
 from snerd.projections.snapshot import snapshot_records
 from snerd.projections.state import QueueState, empty, fold
 
@@ -160,3 +163,87 @@ def test_the_audit_trail_does_not_take_a_dropped_enqueue_for_a_task() -> None:
     for history in (summarize(log.records + lines), audit(log.records + lines)):
         assert set(history.tasks) == {"a"}
         assert history.counts()["pending"] == 1 and history.counts()["completed"] == 0
+
+
+# --- the bulk fold's batched totals (issue 7) ----------------------------------------------
+
+_SECONDS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, -1.0, *ctr.BUCKETS, 1e-9, 86400.0001]),
+)
+
+
+@given(st.lists(_SECONDS, max_size=40), st.lists(_SECONDS, max_size=5))
+def test_observe_all_is_observe_in_turn(first: list[float], samples: list[float]) -> None:
+    one, batch = ctr.Tally(), ctr.Tally()
+    for seconds in first:  # a total already under way
+        one.observe(seconds)
+        batch.observe(seconds)
+    for seconds in samples:
+        one.observe(seconds)
+    batch.observe_all(samples)
+    assert one.counts == batch.counts
+    assert repr(one.total) == repr(batch.total)  # the same sums in the same order
+
+
+_TIMES = st.integers(min_value=0, max_value=5_000).map(lambda ms: ms * 7 + 1)
+
+
+def _counters_record(n: int, total: float) -> dict[str, Any]:
+    """A compaction's totals record (as the snapshot writes it)."""
+    run_time = {"buckets": [n] + [0] * len(ctr.BUCKETS), "sum": total}
+    return {
+        "event": "counters",
+        "counts": {"mail": {"completed": n}, "other": {"started": 0}},
+        "histograms": {"run_time": {"mail": run_time}},
+    }
+
+
+_COUNTERS_RECORD = st.builds(
+    _counters_record,
+    st.integers(min_value=0, max_value=3),
+    st.sampled_from([0.1, 0.7, 1234.567, 1e-3, 3.3]),  # sums whose order shows in the bits
+)
+
+
+@st.composite
+def _timed_log(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Tasks enqueued, claimed (``waited`` or not), then succeeded or failed at drawn
+    instants, with ``counters`` records between them."""
+    out: list[dict[str, Any]] = []
+    base = 1_760_000_000_000
+    for i in range(draw(st.integers(min_value=0, max_value=8))):
+        task = {"taskId": f"t{i}", "taskType": draw(st.sampled_from(["mail", "sms"])),
+                "taskData": "{}", "maxRetries": 3}  # fmt: skip
+        out.append({**task, "event": "enqueued", "ts": base})
+        claim: dict[str, Any] = {"event": "claimed", "task": f"t{i}", "daemon": "d",
+                                 "ts": base + draw(_TIMES)}  # fmt: skip
+        if draw(st.booleans()):
+            claim["waited"] = draw(_TIMES)
+        out.append(claim)
+        outcome = draw(st.sampled_from(["succeeded", "retry_scheduled", "dead_lettered"]))
+        out.append({**task, "event": outcome, "ts": base + draw(_TIMES), "attempt": 1})
+        if draw(st.booleans()):
+            out.append(draw(_COUNTERS_RECORD))
+    return out
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(_timed_log(), st.integers(min_value=1, max_value=10), st.integers(min_value=1, max_value=6))
+def test_bulk_totals_equal_the_incremental_folds_exactly(
+    records: list[dict[str, Any]], chunk: int, settle_every: int
+) -> None:
+    state, _ = fold(empty(), records)
+    with mock.patch.object(replay, "_SETTLE_EVERY", settle_every):  # settled mid-batch too
+        folder = BulkFolder()
+        for start in range(0, len(records), chunk):
+            folder.feed(records[start : start + chunk])
+        bulk = folder.finish()
+        by_events = BulkFolder()
+        by_events.feed_events(ev.decode(record) for record in records)
+        assert by_events.finish().histograms == bulk.histograms
+    assert dict(bulk.counters) == dict(state.counters)
+    assert {k: (c, repr(t)) for k, (c, t) in bulk.histograms.items()} == {
+        k: (c, repr(t)) for k, (c, t) in state.histograms.items()
+    }
+    assert bulk.n == state.n and bulk.last_seq == state.last_seq

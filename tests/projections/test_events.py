@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from loggen import any_records
 
 from snerd.projections import events as ev
-from snerd.projections.evolve import RULES, evolve
+from snerd.projections.evolve import COMPLETED, RULES, evolve, observed_seconds
 from snerd.projections.replay import bulk_fold
 from snerd.projections.state import empty, fold
+from snerd.projections.task import Claim
 
 
 def _deep(levels: int) -> Any:
@@ -115,3 +118,26 @@ def test_a_tombstone_needs_a_non_empty_string_id(name: str, task_id: Any) -> Non
     assert (type(event) is not ev.Unusable) is usable
     if usable:
         assert event.task_id == task_id  # type: ignore[union-attr]
+
+
+_NAMES = st.one_of(st.sampled_from(sorted(ev.SEQUENCED)), st.none(), _ANY_VALUE)
+
+
+@given(record=any_records, seq=_ANY_VALUE, name=_NAMES)
+def test_the_sequenced_table_decodes_as_decode(record: dict[str, Any], seq: Any, name: Any) -> None:
+    """The bulk replay's shortcut (``events.SEQUENCED``) gives decode's verdict."""
+    record = {**record, ev.F_SEQ: seq, ev.F_EVENT: name}
+    if name is None:
+        del record[ev.F_EVENT]
+    decoder = ev.SEQUENCED.get(name) if type(name) is str else None
+    if decoder is not None and type(seq) is int and 0 < seq <= ev.MAX_SEQ:
+        assert decoder(record, seq) == ev.decode(record)
+
+
+@given(ts=_ANY_VALUE, at=st.floats(min_value=0, max_value=1e10))
+def test_an_outcomes_run_time_reads_ts_as_record_time_does(ts: Any, at: float) -> None:
+    record = {"event": "succeeded", "taskId": "t", "ts": ts}
+    entry = SimpleNamespace(claim=Claim("d", 1, at, None), attempt=1, task_type="x")
+    seconds = observed_seconds(COMPLETED, ev.decode(record), entry)
+    expected = ev.record_time(record)
+    assert seconds == (None if expected is None else expected - at)
