@@ -53,6 +53,7 @@ from snerd.eventlog.postgres.wire import (
     Wire,
     bytea_array,
     int8,
+    notifications,
     read_int8,
     text,
 )
@@ -356,10 +357,16 @@ class PostgresLog(BatchingLog):
             self._listen = await connect(self.target)
             await self._listen.execute(f"LISTEN {CHANNEL}")
             return  # catch up on what was written while we were not listening
-        async for note in self._listen.notifies(timeout=self._poll):
-            queue, token = parse_payload(note.payload)
-            if queue == self.queue and token != self._token:
-                return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._poll
+        while (left := deadline - loop.time()) > 0:
+            payloads = await notifications(self._listen, left)
+            for payload in payloads:
+                queue, token = parse_payload(payload.decode(errors="replace"))
+                if queue == self.queue and token != self._token:
+                    return
+            if not payloads:
+                return  # the poll's time: catch up anyway
 
     # --------------------------------------------------------------- writing
 

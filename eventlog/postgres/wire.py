@@ -195,6 +195,43 @@ class Wire:
         return last
 
 
+async def notifications(conn: psycopg.AsyncConnection[Any], timeout: float) -> list[bytes]:
+    """The payloads of the notifications that reached a LISTENing connection, waiting up
+    to ``timeout`` seconds for the first (none came: an empty list). Straight through
+    libpq, like the batches: a follower hears every writer's batch, its own included,
+    and psycopg's ``notifies()`` generator cost more than the reading itself."""
+    pg = conn.pgconn
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        pg.consume_input()  # raises psycopg.OperationalError when the connection is gone
+        payloads = []
+        while (note := pg.notifies()) is not None:
+            payloads.append(note.extra)
+        left = deadline - loop.time()
+        if payloads or left <= 0:
+            return payloads
+        await _readable(pg.socket, left)
+
+
+async def _readable(fd: int, timeout: float) -> None:
+    """Until ``fd`` is readable or ``timeout`` seconds have passed."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def wake() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, wake)
+    timer = loop.call_later(timeout, wake)
+    try:
+        await done
+    finally:
+        timer.cancel()
+        loop.remove_reader(fd)
+
+
 def _error(result: PGresult) -> psycopg.Error:
     """The psycopg exception a failed result stands for (its class from the SQLSTATE,
     through psycopg's public ``errors.lookup``)."""

@@ -233,3 +233,17 @@ async def test_a_batch_cut_short_midway_drops_the_connection(
     await _recovered(log)
     assert log._conn.info.backend_pid != pid
     assert [r["k"] for r in rec.records] == ["before", "after"]
+
+
+async def test_a_follower_is_woken_by_the_writers_notification(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """With the fallback poll an hour away, only the writer's NOTIFY can wake the
+    follower; its own notifications (and another queue's) do not make it read."""
+    follower, rec = await _open(backend, logs, poll_interval=3600.0)
+    writer, _ = await _open(backend, logs, follow=False)
+    await follower.append([{"k": "own"}])
+    await asyncio.sleep(0)  # the follower is listening by now or catches up at once
+    await writer.append([{"k": "theirs"}])
+    await rec.wait_for(lambda: "theirs" in rec.state, timeout=10)
+    assert sorted(rec.state) == ["own", "theirs"]
