@@ -59,9 +59,9 @@ from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane,
 class Folder:
     """Applies records to a :class:`QueueState` and collects the :class:`Delta`."""
 
-    __slots__ = ("any_doomed", "by_daemon", "counters", "delta", "dirty", "dlq", "doomed",
-                 "fingerprints", "histograms", "invalid", "lanes", "last_seq", "n", "refs",
-                 "tasks", "timers", "windows")  # fmt: skip
+    __slots__ = ("any_doomed", "by_daemon", "counted", "counters", "delta", "dirty", "dlq",
+                 "doomed", "fingerprints", "histograms", "invalid", "lanes", "last_seq", "n",
+                 "observations", "refs", "tasks", "timers", "windows")  # fmt: skip
 
     def __init__(self, state: QueueState) -> None:
         self.tasks: PMap[str, Task] = state.tasks
@@ -79,6 +79,10 @@ class Folder:
         self.last_seq = state.last_seq
         self.invalid = state.invalid
         self.delta = DeltaBuilder()
+        # This fold's counts and histogram samples, by key, put into the persistent maps
+        # once per key at finish (a catch-up folds dozens of peers' events at once).
+        self.counted: dict[CounterKey, int] = {}
+        self.observations: dict[HistKey, list[float]] = {}
         self.any_doomed = len(state.doomed) > 0  # skips the doomed set when it is empty
         self.dirty: list[Lane] = []  # lanes whose top may have gone stale in this fold
 
@@ -90,7 +94,27 @@ class Folder:
     def feed(self, events: Iterable[Event]) -> None:
         step_all(self, events)
 
+    def _settle(self) -> None:
+        """Add this fold's counts and samples to the maps (samples in the order seen, so
+        histogram sums are the same to the bit as one observation at a time)."""
+        if self.counted:
+            counters = self.counters
+            for key, n in self.counted.items():
+                counters = assoc(counters, key, get(counters, key, 0) + n)
+            self.counters = counters
+            self.counted = {}
+        if self.observations:
+            histograms = self.histograms
+            for hkey, samples in self.observations.items():
+                hist = get(histograms, hkey)
+                for seconds in samples:
+                    hist = observed(hist, seconds)
+                histograms = assoc(histograms, hkey, hist)
+            self.histograms = histograms
+            self.observations = {}
+
     def finish(self) -> tuple[QueueState, Delta]:
+        self._settle()
         tasks = self.tasks
         if self.dirty:
             lanes = self.lanes
@@ -132,14 +156,18 @@ class Folder:
     def count(self, metric: str, event: Event, entry: Entry | None) -> None:
         self.delta.counted.append((metric, event))
         key, seen = tally(metric, event, entry)
-        self.counters = assoc(self.counters, key, get(self.counters, key, 0) + 1)
+        counted = self.counted
+        counted[key] = counted.get(key, 0) + 1
         if seen is not None:
-            hkey = seen[0]
-            self.histograms = assoc(self.histograms, hkey,
-                                    observed(get(self.histograms, hkey), seen[1]))  # fmt: skip
+            samples = self.observations.get(seen[0])
+            if samples is None:
+                self.observations[seen[0]] = [seen[1]]
+            else:
+                samples.append(seen[1])
 
     def add_totals(self, counts: Mapping[CounterKey, int],
                    histograms: Mapping[HistKey, Hist]) -> None:  # fmt: skip
+        self._settle()  # what came before the totals first: the sums' order is kept
         for key, n in counts.items():
             self.counters = assoc(self.counters, key, get(self.counters, key, 0) + n)
         for hkey, hist in histograms.items():
