@@ -142,28 +142,7 @@ class Wire:
 
     async def _flush(self) -> None:
         while self._pg.flush():
-            await self._ready(writing=True)
-
-    async def _ready(self, *, writing: bool) -> None:
-        loop = asyncio.get_running_loop()
-        fd = self._pg.socket
-        done = loop.create_future()
-
-        def wake() -> None:
-            if not done.done():
-                done.set_result(None)
-
-        if writing:
-            loop.add_writer(fd, wake)
-        else:
-            loop.add_reader(fd, wake)
-        try:
-            await done
-        finally:
-            if writing:
-                loop.remove_writer(fd)
-            else:
-                loop.remove_reader(fd)
+            await _ready(self._pg.socket, writing=True)
 
     async def _collect(self, statements: int, sync: bool) -> PGresult:
         """Every statement's result (and the ``Sync``'s when ``sync``); the last
@@ -174,7 +153,7 @@ class Wire:
         ended = 0
         while True:
             while pg.is_busy():
-                await self._ready(writing=False)
+                await _ready(pg.socket, writing=False)
                 pg.consume_input()
             result = pg.get_result()
             if result is None:  # the end of one statement's results
@@ -211,11 +190,11 @@ async def notifications(conn: psycopg.AsyncConnection[Any], timeout: float) -> l
         left = deadline - loop.time()
         if payloads or left <= 0:
             return payloads
-        await _readable(pg.socket, left)
+        await _ready(pg.socket, writing=False, timeout=left)
 
 
-async def _readable(fd: int, timeout: float) -> None:
-    """Until ``fd`` is readable or ``timeout`` seconds have passed."""
+async def _ready(fd: int, *, writing: bool, timeout: float | None = None) -> None:
+    """Until ``fd`` is writable (or readable), or ``timeout`` seconds have passed."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
@@ -223,13 +202,18 @@ async def _readable(fd: int, timeout: float) -> None:
         if not done.done():
             done.set_result(None)
 
-    loop.add_reader(fd, wake)
-    timer = loop.call_later(timeout, wake)
+    if writing:
+        watch, unwatch = loop.add_writer, loop.remove_writer
+    else:
+        watch, unwatch = loop.add_reader, loop.remove_reader
+    watch(fd, wake)
+    timer = None if timeout is None else loop.call_later(timeout, wake)
     try:
         await done
     finally:
-        timer.cancel()
-        loop.remove_reader(fd)
+        if timer is not None:
+            timer.cancel()
+        unwatch(fd)
 
 
 def _error(result: PGresult) -> psycopg.Error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
 from enginekit import Harness, settle
 
 from snerd.dispatcher.executors import Job
@@ -176,10 +177,8 @@ class _DeadRecorder:
         return None
 
 
-async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) -> None:
-    """A task enqueued while a worker is free is claimed by the plan made under the lock
-    in the enqueue's own batch; neither that fold nor the task's end wakes the
-    dispatcher for a pass that could find nothing (issue 8: no work beyond the need)."""
+def _count_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, the claims of every plan the dispatcher makes, in order."""
     from snerd.dispatcher import dispatch
 
     plans: list[int] = []
@@ -190,9 +189,17 @@ async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) 
         plans.append(len(plan.claims))
         return plan
 
+    monkeypatch.setattr(dispatch, "plan", counting)
+    return plans
+
+
+async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) -> None:
+    """A task enqueued while a worker is free is claimed by the plan made under the lock
+    in the enqueue's own batch; neither that fold nor the task's end wakes the
+    dispatcher for a pass that could find nothing (issue 8: no work beyond the need)."""
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
-    monkeypatch.setattr(dispatch, "plan", counting)
+    plans = _count_plans(monkeypatch)
     for i in range(20):
         await engine.enqueue(_enqueue(f"i{i}"))
         await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
@@ -207,23 +214,13 @@ async def test_a_backlog_of_types_run_elsewhere_costs_no_pass(
 ) -> None:
     """Tasks of a type no executor here runs wait in their lane; they do not make the
     queue look busy, so each task of a type run here still costs exactly one plan."""
-    from snerd.dispatcher import dispatch
-
-    plans: list[int] = []
-    real = dispatch.plan
-
-    def counting(*args: object, **kwargs: object) -> dispatch.Plan:
-        plan = real(*args, **kwargs)  # type: ignore[arg-type]
-        plans.append(len(plan.claims))
-        return plan
-
     engine = await harness.engine({"t": _noop})
     for i in range(3):
         await engine.enqueue(Enqueue(f"elsewhere{i}", "other", task_data="{}"))
     await settle(engine, lambda: len(engine.state.tasks) == 3)
     for _ in range(5):
         await asyncio.sleep(0)
-    monkeypatch.setattr(dispatch, "plan", counting)
+    plans = _count_plans(monkeypatch)
     for i in range(20):
         await engine.enqueue(_enqueue(f"i{i}"))
         await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
