@@ -242,7 +242,7 @@ class BatchingLog(EventLog):
                 continue
             await changed()
             try:
-                await self.catch_up()
+                await self._follow_catch_up()
             except StorageUnavailable as exc:
                 if not self._closing and not self._stale:
                     self._enter_fault(exc)
@@ -250,6 +250,10 @@ class BatchingLog(EventLog):
                 if not self._closing:
                     log.error("log follower stopped: %s", exc)
                 return
+
+    async def _follow_catch_up(self) -> None:
+        """The follower's catch-up after ``changed`` (a backend may read aside)."""
+        await self.catch_up()
 
     def _written_past_fault(self) -> None:
         """A batch reached the storage: the fault is over."""

@@ -140,6 +140,7 @@ class PostgresLog(BatchingLog):
         self._staged: list[bytes] = []
         self._in_txn = False
         self._wire_of: Wire | None = None  # the batch statements' side of ``_conn``
+        self._aside: Wire | None = None  # the follower's reads on ``_listen`` (_read_aside)
         self._queue_param = text(self.queue)
         self._key_param = int8(self._key)
         self._payload = text(notify_payload(self.queue, self._token))
@@ -243,14 +244,16 @@ class PostgresLog(BatchingLog):
             raise StorageUnavailable(f"PostgreSQL {self.target.display}: not connected")
         return self._conn
 
-    async def _sync(self, rows: list[tuple[Any, ...]] | None = None) -> int:
+    async def _sync(self, rows: list[tuple[Any, ...]] | None = None, after: int = -1) -> int:
         """Catch up (holding ``_mutex``): follow a compaction, then read new lines.
-        ``rows``: the first read's result when the caller already has it."""
+        ``rows``: the first read's result when the caller already has it, read past
+        line ``after`` (the follower may have delivered some of them meanwhile)."""
         delivered = 0
         while True:
             if rows is None:
+                after = self._pos
                 rows = await self._read()
-            read, more = self._take_rows(rows)
+            read, more = self._take_rows(rows, after)
             delivered += read
             if not more:
                 self._caught_up()
@@ -268,8 +271,10 @@ class PostgresLog(BatchingLog):
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
 
-    def _take_rows(self, rows: list[tuple[Any, ...]]) -> tuple[int, bool]:
-        """Deliver one read's lines; return (records delivered, whether to read again)."""
+    def _take_rows(self, rows: list[tuple[Any, ...]], after: int) -> tuple[int, bool]:
+        """Deliver one read's lines (read past line ``after``; those up to ``_pos`` were
+        delivered meanwhile, by the follower); return (records delivered, whether to read
+        again)."""
         generation = int(rows[0][0]) if rows else 0
         if generation != self._generation:
             if self._generation >= 0:
@@ -279,13 +284,55 @@ class PostgresLog(BatchingLog):
             if self._pos:  # compacted elsewhere: read the new log from its start
                 self._pos = self._byte_pos = 0
                 return 0, True
-        lines = [bytes(r[2]) for r in rows if r[1] is not None]
+        more = len(rows) == sql.READ_BATCH
+        pos = self._pos
+        lines = [bytes(r[2]) for r in rows if r[1] is not None and (after == pos or r[1] > pos)]
         if not lines:
-            return 0, False
+            return 0, more
         data = b"".join(lines)
         self._pos = int(rows[-1][1])
         offset, self._byte_pos = self._byte_pos, self._byte_pos + len(data)
-        return self._deliver_decoded(decode_complete(data, offset)), len(lines) == sql.READ_BATCH
+        return self._deliver_decoded(decode_complete(data, offset)), more
+
+    async def _follow_catch_up(self) -> None:
+        """Catch up after a peer's notification. While a batch holds the connection
+        (under contention, mostly waiting for the queue's lock), read on the LISTEN
+        connection instead: the peers' records are then folded while we wait for the
+        lock, not while we hold it (the batch skips what was delivered meanwhile)."""
+        if self._mutex.locked():
+            await self._read_aside()
+        else:
+            await self.catch_up()
+
+    async def _read_aside(self) -> None:
+        """Deliver what peers committed, read on the LISTEN connection; give up (the
+        batch's own catch-up, under the lock, reads it then) whenever anything but a
+        follower moved meanwhile: a batch of ours in its transaction, a compaction, a
+        fault. A lost LISTEN connection is dropped; the next wait reconnects."""
+        listen = self._listen
+        if listen is None or listen.closed:
+            return
+        if self._aside is None or self._aside.conn is not listen:
+            self._aside = Wire(listen)
+        while not self._closing:
+            if self.degraded or self._fault is not None:
+                return
+            epoch, after = self._epoch, self._pos
+            read = (sql.READ, _READ_TYPES, (int8(after), self._queue_param))
+            try:
+                rows = _rows(await self._aside.round_trip([read], end=True))
+            except psycopg.Error as exc:
+                log.warning("LISTEN connection lost (%s)", unavailable(self.target, exc))
+                self._listen = None
+                await _close_quietly(listen)
+                return
+            if (self._epoch != epoch or self._in_txn or self.degraded or self._fault is not None
+                    or not rows or int(rows[0][0]) != self._generation):  # fmt: skip
+                return
+            _, more = self._take_rows(rows, after)
+            if not more:
+                self._caught_up()
+                return
 
     async def _replay_all(self) -> None:
         """After a storage fault: reconnect and go on from the last line read, when what
@@ -379,7 +426,8 @@ class PostgresLog(BatchingLog):
         taken once the lock is granted), then :meth:`_flush`'s in a second."""
         async with self._mutex:
             wire = self._wire()
-            read = (sql.READ, _READ_TYPES, (int8(self._pos), self._queue_param))
+            after = self._pos
+            read = (sql.READ, _READ_TYPES, (int8(after), self._queue_param))
             try:
                 result = await wire.round_trip([_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)),
                                                 read], end=False)  # fmt: skip
@@ -388,7 +436,7 @@ class PostgresLog(BatchingLog):
             rows = _rows(result)
             self._in_txn = True
             try:
-                await self._sync(rows)
+                await self._sync(rows, after)
                 yield
             finally:
                 if self._in_txn:  # nothing was committed: end the transaction

@@ -247,3 +247,39 @@ async def test_a_follower_is_woken_by_the_writers_notification(
     await writer.append([{"k": "theirs"}])
     await rec.wait_for(lambda: "theirs" in rec.state, timeout=10)
     assert sorted(rec.state) == ["own", "theirs"]
+
+
+async def test_peers_records_are_folded_while_a_batch_waits_for_the_lock(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """While our batch waits for the queue's lock, the follower goes on reading (on its
+    LISTEN connection), so a peer's records are folded during the wait instead of
+    under the lock once it is granted; the batch then skips what was delivered."""
+    import orjson
+    import psycopg
+
+    from snerd.eventlog.postgres.schema import lock_key
+
+    follower, rec = await _open(backend, logs, poll_interval=3600.0)
+    await follower.append([{"k": "own"}])
+    key = lock_key("log", backend.queue)
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as peer:
+        peer.execute("SELECT pg_advisory_lock(%s)", (key,))  # the peer holds the lock
+        try:
+            mine = asyncio.ensure_future(follower.append([{"k": "mine"}]))
+            waiting = ("SELECT count(*) FROM pg_locks"
+                       " WHERE locktype = 'advisory' AND NOT granted AND pid = %s")  # fmt: skip
+            async with asyncio.timeout(10):  # until our batch waits for the lock
+                while peer.execute(waiting, (follower._conn.info.backend_pid,)).fetchone() != (1,):
+                    await asyncio.sleep(0.005)
+            with peer.transaction():  # the peer writes and notifies, keeping the lock
+                line = orjson.dumps({"k": "theirs", "seq": 2}) + b"\n"
+                peer.execute("INSERT INTO snerd.log (queue, pos, line) VALUES (%s, 2, %s)",
+                             (backend.queue, line))  # fmt: skip
+                peer.execute("SELECT pg_notify('snerd_log', %s)", (f"{backend.queue} peer",))
+            await rec.wait_for(lambda: "theirs" in rec.state, timeout=10)
+            assert not mine.done()  # folded while the batch still waits
+        finally:
+            peer.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    await mine
+    assert [(r["k"], r["seq"]) for r in rec.records] == [("own", 1), ("theirs", 2), ("mine", 3)]
