@@ -130,6 +130,8 @@ class Dispatcher:
         plan's claims. The attempts stay reserved until :meth:`begin_claimed`."""
         e = self.engine
         capacity = self.capacity()
+        if capacity <= 0:  # taken by claims decided earlier in this batch: nothing to plan
+            return [], []
         step = self.plan(now, state)
         if not step.fail_through and len(step.claims) < capacity:
             # This plan, made against the caught-up state, took everything that can run

@@ -351,7 +351,8 @@ class Engine:
         what was just submitted (the same batch: one lock hold, one write), decided
         against the state that includes it. Returns the claim's future and the list of
         attempts it reserves (filled under the lock): :meth:`Dispatcher.begin_claimed`
-        once written, else :meth:`_unclaim`."""
+        once written, else :meth:`_unclaim`. A claim decided when earlier ones took
+        every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
         reserved: Claimed = []
 
         def claim() -> tuple[list[Record], Claimed]:

@@ -233,6 +233,29 @@ async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
     assert plans == [1] * 5  # the last outcome leaves nothing to claim: no plan
 
 
+async def test_claims_behind_a_flood_of_enqueues_plan_only_for_free_slots(
+    harness: Harness, monkeypatch
+) -> None:
+    """Every enqueue made while a slot was free queues a claim behind it; once the
+    first ones have taken the slots, the rest of that batch's claims plan nothing
+    (each plan is made under the lock: it holds up every writer of the queue)."""
+    gate = asyncio.Event()
+
+    async def gated(job: Job) -> None:
+        await gate.wait()
+
+    engine = await harness.engine({"t": gated}, max_workers=2)
+    await settle(engine, lambda: True)
+    plans = _count_plans(monkeypatch)
+    await asyncio.gather(*(engine.enqueue(_enqueue(f"f{i}")) for i in range(20)))
+    await settle(engine, lambda: len(engine.runs) == 2)
+    for _ in range(5):  # let any pass that was asked for run
+        await asyncio.sleep(0)
+    assert plans == [1, 1]  # one plan per free slot, then none
+    gate.set()
+    await settle(engine, lambda: len(harness.calls) == 20 and not engine.state.tasks)
+
+
 async def test_a_backlog_of_types_run_elsewhere_costs_no_pass(
     harness: Harness, monkeypatch
 ) -> None:
