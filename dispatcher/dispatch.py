@@ -76,6 +76,10 @@ class Dispatcher:
         ):
             self._wake.set()
 
+    def may_find(self, state: QueueState) -> bool:
+        """Whether a plan could claim something in ``state`` now (not :func:`idle`)."""
+        return not idle(state, self.engine.clock.now(), self._accepts)
+
     async def _loop(self) -> None:
         while True:
             await self._wake.wait()
@@ -96,6 +100,8 @@ class Dispatcher:
     async def _pass(self) -> None:
         e = self.engine
         while not e.draining:
+            if self.capacity() <= 0 and not e.state.doomed:
+                return  # no slot, no fail-through: nothing to do until a slot frees (it wakes us)
             step = self.plan()
             if step.fail_through:
                 await e.run_command(FailThrough(step.fail_through))
@@ -124,6 +130,8 @@ class Dispatcher:
         plan's claims. The attempts stay reserved until :meth:`begin_claimed`."""
         e = self.engine
         capacity = self.capacity()
+        if capacity <= 0:  # taken by claims decided earlier in this batch: nothing to plan
+            return [], []
         step = self.plan(now, state)
         if not step.fail_through and len(step.claims) < capacity:
             # This plan, made against the caught-up state, took everything that can run

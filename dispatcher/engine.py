@@ -322,14 +322,7 @@ class Engine:
             if reply is not None:
                 enqueued.add_done_callback(reply)
             return enqueued
-        reserved: Claimed = []
-
-        def claim() -> tuple[list[Record], Claimed]:  # same batch, after the enqueue's fold
-            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
-            reserved.extend(claimed)
-            return records, claimed
-
-        claiming = self.log.submit(claim, durable=False)
+        claiming, reserved = self._claim_behind()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[EnqueueOutcome] = loop.create_future()
 
@@ -337,10 +330,8 @@ class Engine:
             if not enqueued.done():
                 enqueued.add_done_callback(settle)
                 return
-            if claiming.cancelled() or claiming.exception() is not None:
-                self.dispatcher.unreserve(reserved)  # not written: nothing to begin
-                reserved.clear()
-                self.dispatcher.wake()  # the dispatcher claims it instead
+            if not _written(claiming):
+                self._unclaim(reserved)
             if not done.done():
                 _copy(enqueued, done)
             if reply is not None:
@@ -354,6 +345,29 @@ class Engine:
 
         claiming.add_done_callback(settle)
         return done
+
+    def _claim_behind(self) -> tuple[asyncio.Future[Claimed], Claimed]:
+        """Submit the claims the plan makes for this engine's free slots, right behind
+        what was just submitted (the same batch: one lock hold, one write), decided
+        against the state that includes it. Returns the claim's future and the list of
+        attempts it reserves (filled under the lock): :meth:`Dispatcher.begin_claimed`
+        once written, else :meth:`_unclaim`. A claim decided when earlier ones took
+        every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
+        reserved: Claimed = []
+
+        def claim() -> tuple[list[Record], Claimed]:
+            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
+            reserved.extend(claimed)
+            return records, claimed
+
+        return self.log.submit(claim, durable=False), reserved
+
+    def _unclaim(self, reserved: Claimed) -> None:
+        """The claims behind a request were not written: nothing to begin; the
+        dispatcher looks again."""
+        self.dispatcher.unreserve(reserved)
+        reserved.clear()
+        self.dispatcher.wake()
 
     def _may_claim(self) -> bool:
         return (
@@ -429,7 +443,7 @@ class Engine:
                 message = f"task {task_id!r} has no attempt running here"
                 refused.set_result(cmds.Refusal("not_active", message))
             return refused
-        self._forget(run)
+        self._forget(run, nudge=False)  # the slot's next claim is decided below
         command = Finish(task_id, run.attempt, success, error=error, reason=reason, result=result,
                          retry=retry, jitter=0.0 if success else self.jitter())  # fmt: skip
         # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
@@ -463,6 +477,18 @@ class Engine:
                 done.set_result(future.result())
 
         self.log.submit(under_lock, durable=durable).add_done_callback(settle)
+        if not (self._may_claim() and self.dispatcher.may_find(self.state)):
+            self.dispatcher.nudge(self.state)
+        else:  # the freed slot's next attempt, claimed in the outcome's batch
+            claiming, reserved = self._claim_behind()
+
+            def begin(_: object) -> None:
+                if _written(claiming):
+                    self.dispatcher.begin_claimed(reserved)
+                else:
+                    self._unclaim(reserved)
+
+            claiming.add_done_callback(begin)
         return done
 
     async def _write_later(self, command: Command) -> None:
@@ -487,13 +513,14 @@ class Engine:
             run.executor.stop(run)
         await self._release_runs([run], reason)
 
-    def _forget(self, run: Run) -> None:
+    def _forget(self, run: Run, *, nudge: bool = True) -> None:
         self.runs.pop(run.task.id, None)
         if run.timer is not None:
             run.timer.cancel()
         if not self.runs:
             self._idle.set()
-        self.dispatcher.nudge(self.state)  # a slot freed: useful if something waits
+        if nudge:
+            self.dispatcher.nudge(self.state)  # a slot freed: useful if something waits
         self.changed.set()
 
     def adopt(self, run: Run) -> None:
@@ -551,6 +578,10 @@ def _copy(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:
         target.set_exception(exc)
     else:
         target.set_result(source.result())
+
+
+def _written(future: asyncio.Future[Any]) -> bool:
+    return not future.cancelled() and future.exception() is None
 
 
 def _dead_letters(records: Sequence[Record]) -> list[Record]:

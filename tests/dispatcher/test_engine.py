@@ -209,6 +209,53 @@ async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) 
     assert plans == [1] * 20  # one plan per task, each claiming it
 
 
+async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
+    harness: Harness, monkeypatch
+) -> None:
+    """With a backlog, the claim of the task that takes a freed slot is decided right
+    behind the outcome that freed it, in the same batch (one lock hold, one write):
+    one plan per task, no dispatcher pass (which would plan once more outside the
+    lock, then claim in a batch of its own)."""
+    gate = asyncio.Event()
+
+    async def gated(job: Job) -> None:
+        await gate.wait()
+
+    engine = await harness.engine({"t": gated}, max_workers=1)
+    for i in range(6):
+        await engine.enqueue(_enqueue(f"b{i}"))
+    await settle(engine, lambda: len(engine.runs) == 1 and len(engine.state.tasks) == 6)
+    plans = _count_plans(monkeypatch)
+    gate.set()
+    await settle(engine, lambda: len(harness.calls) == 6 and not engine.state.tasks)
+    for _ in range(5):  # let any pass that was asked for run
+        await asyncio.sleep(0)
+    assert plans == [1] * 5  # the last outcome leaves nothing to claim: no plan
+
+
+async def test_claims_behind_a_flood_of_enqueues_plan_only_for_free_slots(
+    harness: Harness, monkeypatch
+) -> None:
+    """Every enqueue made while a slot was free queues a claim behind it; once the
+    first ones have taken the slots, the rest of that batch's claims plan nothing
+    (each plan is made under the lock: it holds up every writer of the queue)."""
+    gate = asyncio.Event()
+
+    async def gated(job: Job) -> None:
+        await gate.wait()
+
+    engine = await harness.engine({"t": gated}, max_workers=2)
+    await settle(engine, lambda: True)
+    plans = _count_plans(monkeypatch)
+    await asyncio.gather(*(engine.enqueue(_enqueue(f"f{i}")) for i in range(20)))
+    await settle(engine, lambda: len(engine.runs) == 2)
+    for _ in range(5):  # let any pass that was asked for run
+        await asyncio.sleep(0)
+    assert plans == [1, 1]  # one plan per free slot, then none
+    gate.set()
+    await settle(engine, lambda: len(harness.calls) == 20 and not engine.state.tasks)
+
+
 async def test_a_backlog_of_types_run_elsewhere_costs_no_pass(
     harness: Harness, monkeypatch
 ) -> None:
