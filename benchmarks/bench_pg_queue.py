@@ -173,8 +173,11 @@ class Daemon(Stdio):
             await self.proc.wait()
 
 
-async def daemons(url: str, count: int, n: int, work: Path) -> float:
-    """Tasks/s through ``count`` daemons on one fresh queue, ``n`` tasks of 20 ms."""
+async def daemons(url: str, count: int, n: int, work: Path,
+                  steady: list[float] | None = None) -> float:  # fmt: skip
+    """Tasks/s through ``count`` daemons on one fresh queue, ``n`` tasks of 20 ms.
+    ``steady`` (if given) gets the rate between the 10% and the 90% results: the run
+    without its start (every enqueue at once) and its tail."""
     queue = f"bench-{uuid.uuid4().hex[:12]}"
     qurl = _queue_url(url, queue)
     procs: list[Daemon] = []
@@ -186,8 +189,11 @@ async def daemons(url: str, count: int, n: int, work: Path) -> float:
         finished = asyncio.get_running_loop().create_future()
         count_done = [0]
 
+        stamps: list[float] = []
+
         def one_done() -> None:
             count_done[0] += 1
+            stamps.append(time.perf_counter())
             if count_done[0] >= n and not finished.done():
                 finished.set_result(None)
 
@@ -203,6 +209,9 @@ async def daemons(url: str, count: int, n: int, work: Path) -> float:
         elapsed = time.perf_counter() - t0
         if count_done[0] != n:
             raise AssertionError(f"{count_done[0]} executions of {n} tasks")
+        first, last = n // 10, n - n // 10 - 1
+        if steady is not None and last > first:
+            steady.append((last - first) / (stamps[last] - stamps[first]))
         return n / elapsed
     finally:
         for task in serving:
@@ -317,7 +326,9 @@ async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int)
             put(f"{key}/per-commit", per_commit)
     if "B" in args.only:
         for count in order([1, 4]):
-            put(f"B/{count}", await daemons(args.url, count, args.tasks, work))
+            steady: list[float] = []
+            put(f"B/{count}", await daemons(args.url, count, args.tasks, work, steady))
+            put(f"B/{count}/steady", steady[0])
     if "C" in args.only:
         runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
             ("C/peer", lambda: peer_fresh(args.url, args.peer_tasks)),
@@ -348,6 +359,10 @@ def _report(figures: Figures, args: argparse.Namespace) -> None:
               f"daemons on one URL, {WORKERS} workers each")  # fmt: skip
         line("1 daemon", "B/1", "tasks/s", "(1.00x)")
         line("4 daemons", "B/4", "tasks/s", ratio("B/4", "B/1", 3))
+        if "B/4/steady" in figures:  # the same runs, between their 10% and 90% results
+            line("1 daemon, steady (results 10%..90%)", "B/1/steady", "tasks/s", "(1.00x)")
+            line("4 daemons, steady (results 10%..90%)", "B/4/steady", "tasks/s",
+                 ratio("B/4/steady", "B/1/steady"))  # fmt: skip
     if "C" in args.only:
         print(f"(C) {args.peer_tasks:,} no-op tasks, enqueued concurrently, {WORKERS} workers")
         line("procrastinate (worker first, concurrency 8)", "C/peer", "tasks/s", "(1.00x)")

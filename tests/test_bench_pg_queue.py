@@ -16,7 +16,8 @@ def _figures(log: float, peer: float) -> bench.Figures:
     return {
         "A/raw": [1000.0], "A/raw-values": [1000.0], "A/log": [log],
         "A/log/per-commit": [32.0],
-        "B/1": [100.0], "B/4": [250.0], "C/peer": [peer], "C/ours": [300.0],
+        "B/1": [100.0], "B/4": [250.0], "B/1/steady": [120.0], "B/4/steady": [400.0],
+        "C/peer": [peer], "C/ours": [300.0],
     }  # fmt: skip
 
 
@@ -28,6 +29,7 @@ def test_report_says_met_only_when_the_ratio_reaches_the_goal(
     out = capsys.readouterr().out
     assert "10.00x (goal 10x: met)" in out
     assert "2.50x (goal 3x: NOT met)" in out
+    assert "3.33x" in out  # the steady-state line: informative, no goal
     assert "3.00x (goal 3x: met)" in out
     bench._report(_figures(log=9_990.0, peer=101.0), args)
     out = capsys.readouterr().out
