@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyrsistent.typing import PMap, PSet
+from immutables import Map
+from pyrsistent.typing import PSet
 
 from snerd.projections import heap
 from snerd.projections.counters import CounterKey, Hist, HistKey, merged, observed
@@ -64,17 +65,17 @@ class Folder:
                  "observations", "refs", "tasks", "timers", "windows")  # fmt: skip
 
     def __init__(self, state: QueueState) -> None:
-        self.tasks: PMap[str, Task] = state.tasks
-        self.dlq: PMap[str, DeadLetter] = state.dlq
-        self.lanes: PMap[Lane, heap.Heap] = state.lanes
+        self.tasks: Map[str, Task] = state.tasks
+        self.dlq: Map[str, DeadLetter] = state.dlq
+        self.lanes: Map[Lane, heap.Heap] = state.lanes
         self.timers = state.timers
-        self.refs: PMap[str, PSet[str]] = state.refs
+        self.refs: Map[str, PSet[str]] = state.refs
         self.doomed: PSet[str] = state.doomed
-        self.fingerprints: PMap[str, PSet[str]] = state.fingerprints
-        self.windows: PMap[str, tuple[float, ...]] = state.windows
-        self.by_daemon: PMap[str, PSet[str]] = state.by_daemon
-        self.counters: PMap[CounterKey, int] = state.counters
-        self.histograms: PMap[HistKey, Hist] = state.histograms
+        self.fingerprints: Map[str, PSet[str]] = state.fingerprints
+        self.windows: Map[str, tuple[float, ...]] = state.windows
+        self.by_daemon: Map[str, PSet[str]] = state.by_daemon
+        self.counters: Map[CounterKey, int] = state.counters
+        self.histograms: Map[HistKey, Hist] = state.histograms
         self.n = state.n
         self.last_seq = state.last_seq
         self.invalid = state.invalid
@@ -315,7 +316,7 @@ class Folder:
             self.delta.blocked.append(task.id)
 
 
-def _without(index: PMap[str, PSet[str]], key: str, task_id: str) -> PMap[str, PSet[str]]:
+def _without(index: Map[str, PSet[str]], key: str, task_id: str) -> Map[str, PSet[str]]:
     """``index`` with ``task_id`` gone from the set under ``key`` (and an emptied set gone)."""
     held: PSet[str] | None = get(index, key)
     if held is None:
@@ -323,7 +324,7 @@ def _without(index: PMap[str, PSet[str]], key: str, task_id: str) -> PMap[str, P
     rest = set_discard(held, task_id)
     if rest is held:
         return index
-    out: PMap[str, PSet[str]] = assoc(index, key, rest) if rest else dissoc(index, key)
+    out: Map[str, PSet[str]] = assoc(index, key, rest) if rest else dissoc(index, key)
     return out
 
 

@@ -1,12 +1,18 @@
-"""Single reads and writes on pyrsistent's ``PMap`` and ``PSet`` at a fraction of the cost.
+"""Single reads and writes on the state's persistent maps and sets, one call each.
 
-The fold touches a handful of keys per event. Through the public API a read is four
-Python calls (``Mapping.get`` -> ``__getitem__`` -> ``_getitem`` -> ``_get_bucket``, a
-miss raising ``KeyError`` on the way) and a write builds an evolver, copies a bucket
-and freezes it again. The functions here do exactly what pyrsistent 0.20's own code
-does (same hash table, same bucket order, same growth rule, so the maps they return
-equal, and are laid out like, the ones ``set``/``remove`` return) in one call each,
-on its ``_buckets``/``_size`` slots. A growth step is left to pyrsistent itself.
+The state's tables and indexes are ``immutables.Map`` (a hash array mapped trie in C,
+the structure behind ``contextvars``): ``get``/``assoc``/``dissoc`` are its own ``get``,
+``set`` and ``delete``, a few hundred nanoseconds each (pyrsistent's ``PMap`` took 3-5
+us per write through even the fast path that this module used to keep, and the fold
+makes a few per event; ``benchmarks/README.md``).
+
+The sets of ids inside the indexes (and ``doomed``) stay pyrsistent ``PSet``s: small,
+and written one element at a time. Through pyrsistent's public API a read is four
+Python calls and a write builds an evolver; :func:`set_add`, :func:`set_discard` and
+:func:`set_has` do exactly what pyrsistent 0.20's own code does on the set's map (same
+hash table, same bucket order, same growth rule, so the sets they return equal, and
+are laid out like, the ones ``add``/``discard`` return) in one call each, on its
+``_buckets``/``_size`` slots. A growth step is left to pyrsistent itself.
 
 These slots are private: at import, :func:`_agrees` checks the fast functions against
 the public API on sample maps, and if pyrsistent ever changes its layout the module
@@ -19,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
+from immutables import Map
 from pyrsistent import PMap, PSet, pmap, pset
 
 K = TypeVar("K")
@@ -124,26 +131,31 @@ def _agrees() -> bool:
 FAST: Final = (
     _set_size is not None and _set_buckets is not None and hasattr(PSet, "_map") and _agrees()
 )
-"""Whether the fast functions are in use (pyrsistent's layout is the one they know)."""
+"""Whether the sets' fast functions are in use (pyrsistent's layout is the one they know)."""
 
-get: Final[Callable[..., Any]] = _fast_get if FAST else _slow_get
+_pget: Final[Callable[..., Any]] = _fast_get if FAST else _slow_get
+
+
+# --- maps (immutables.Map) ------------------------------------------------------------------
+
+get: Final[Callable[..., Any]] = Map.get
 """``get(m, key, default=None)``: ``m.get(key, default)``."""
-assoc: Final[Callable[[Any, Any, Any], Any]] = _fast_assoc if FAST else _slow_assoc
-"""``assoc(m, key, value)``: ``m.set(key, value)`` (``m`` itself when nothing changes)."""
-dissoc: Final[Callable[[Any, Any], Any]] = _fast_dissoc if FAST else _slow_dissoc
-"""``dissoc(m, key)``: ``m.discard(key)`` (``m`` itself when the key is absent)."""
+assoc: Final[Callable[[Any, Any, Any], Any]] = Map.set
+"""``assoc(m, key, value)``: ``m.set(key, value)``."""
+has: Final[Callable[[Any, Any], bool]] = Map.__contains__
+"""``has(m, key)``: ``key in m``."""
 
 
-def has(m: PMap[Any, Any], key: Any) -> bool:
-    """``key in m``."""
-    return get(m, key, _MISSING) is not _MISSING
+def dissoc(m: Map[K, V], key: K) -> Map[K, V]:
+    """``m`` without ``key`` (``m`` itself when the key is absent: never raises)."""
+    return m.delete(key) if key in m else m
 
 
 # --- sets (a PSet is a PMap of element -> True) ------------------------------------------
 
 
 def set_has(s: Any, item: Any) -> bool:
-    return get(s._map, item, _MISSING) is not _MISSING
+    return _pget(s._map, item, _MISSING) is not _MISSING
 
 
 def set_add(s: Any, item: K) -> PSet[K]:

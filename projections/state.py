@@ -2,7 +2,8 @@
 
 ``fold(state, records) -> (state, delta)`` is pure: no I/O, no clock. Time arrives
 in records (``ts``) or as the ``now`` argument of :func:`advance`, which moves due
-timers into the ready heaps. The state is immutable (pyrsistent maps and persistent
+timers into the ready heaps. The state is immutable (persistent maps: ``immutables``'
+HAMT for the tables and indexes, pyrsistent sets for the sets of ids, and persistent
 heaps); a fold writes new maps one key at a time through :mod:`pmaps` (one call per
 read or write), so the state it started from stays valid.
 
@@ -27,8 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrsistent import PMap, PSet, pmap, pset
-from pyrsistent.typing import PMap as PMapT
+from immutables import Map
+from pyrsistent import PSet, pset
 from pyrsistent.typing import PSet as PSetT
 
 from snerd.projections import heap
@@ -55,17 +56,17 @@ class DeadLetter:
 class QueueState:
     """The whole projection. Build one with :func:`empty` or :func:`from_tables`."""
 
-    tasks: PMapT[str, Task] = field(default_factory=pmap)
-    dlq: PMapT[str, DeadLetter] = field(default_factory=pmap)
-    lanes: PMapT[Lane, heap.Heap] = field(default_factory=pmap)
+    tasks: Map[str, Task] = field(default_factory=Map)
+    dlq: Map[str, DeadLetter] = field(default_factory=Map)
+    lanes: Map[Lane, heap.Heap] = field(default_factory=Map)
     timers: heap.Heap = None
-    refs: PMapT[str, PSetT[str]] = field(default_factory=pmap)
+    refs: Map[str, PSetT[str]] = field(default_factory=Map)
     doomed: PSetT[str] = field(default_factory=pset)
-    fingerprints: PMapT[str, PSetT[str]] = field(default_factory=pmap)
-    windows: PMapT[str, tuple[float, ...]] = field(default_factory=pmap)
-    by_daemon: PMapT[str, PSetT[str]] = field(default_factory=pmap)
-    counters: PMapT[CounterKey, int] = field(default_factory=pmap)
-    histograms: PMapT[HistKey, Hist] = field(default_factory=pmap)
+    fingerprints: Map[str, PSetT[str]] = field(default_factory=Map)
+    windows: Map[str, tuple[float, ...]] = field(default_factory=Map)
+    by_daemon: Map[str, PSetT[str]] = field(default_factory=Map)
+    counters: Map[CounterKey, int] = field(default_factory=Map)
+    histograms: Map[HistKey, Hist] = field(default_factory=Map)
     n: int = 0  # records folded: the source of FIFO order
     last_seq: int = 0
     invalid: int = 0  # records the fold could not use (reported, never fatal)
@@ -192,17 +193,17 @@ def from_tables(
         if task.auto_dedupe and task.fingerprint:
             fingerprints.setdefault(task.fingerprint, set()).add(task.id)
     return QueueState(
-        tasks=pmap(final),
-        dlq=pmap(dlq),
-        lanes=pmap({lane: heap.from_keys(keys) for lane, keys in lane_keys.items()}),
+        tasks=Map(final),
+        dlq=Map(dlq),
+        lanes=Map({lane: heap.from_keys(keys) for lane, keys in lane_keys.items()}),
         timers=heap.from_keys(timer_keys),
-        refs=pmap({k: pset(v) for k, v in refs.items()}),
+        refs=Map({k: pset(v) for k, v in refs.items()}),
         doomed=pset(doomed),
-        fingerprints=pmap({k: pset(v) for k, v in fingerprints.items()}),
-        windows=pmap({g: tuple(sorted(t)) for g, t in windows.items() if t}),
-        by_daemon=pmap({k: pset(v) for k, v in by_daemon.items()}),
-        counters=pmap(counters or {}),
-        histograms=pmap(histograms or {}),
+        fingerprints=Map({k: pset(v) for k, v in fingerprints.items()}),
+        windows=Map({g: tuple(sorted(t)) for g, t in windows.items() if t}),
+        by_daemon=Map({k: pset(v) for k, v in by_daemon.items()}),
+        counters=Map(counters or {}),
+        histograms=Map(histograms or {}),
         n=n,
         last_seq=last_seq,
         invalid=invalid,
@@ -212,7 +213,7 @@ def from_tables(
 __all__ = [
     "BLOCKED",
     "DeadLetter",
-    "PMap",
+    "Map",
     "PSet",
     "QueueState",
     "advance",
