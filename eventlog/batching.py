@@ -472,22 +472,24 @@ class BatchingLog(EventLog):
         done: list[tuple[_Request, Any]] = []
         durable = staged = False
         async with self._exclusive():
+            group: list[_Request] = []  # consecutive plain appends, written as one
+            size = 0
             for req in batch:
-                decided = _decide(req)
-                if decided is None:
+                if req.command is None and req.records and not req.future.done():
+                    if size + len(req.records) > DELIVERY_BATCH and group:
+                        s, d = self._run_appends(group, done)
+                        staged, durable, group, size = staged or s, durable or d, [], 0
+                    group.append(req)
+                    size += len(req.records)
                     continue
-                records, result = decided
-                try:
-                    stamped, lines = self._stamp(records)
-                except Exception as exc:  # records that cannot be encoded: this caller's
-                    req.future.set_exception(exc)
-                    continue
-                if lines:
-                    self._deliver_own(stamped)
-                    self._stage(lines)
-                    staged = True
-                durable = durable or (req.durable and (bool(lines) or req.command is None))
-                done.append((req, result))
+                if group:
+                    s, d = self._run_appends(group, done)
+                    staged, durable, group, size = staged or s, durable or d, [], 0
+                s, d = self._run_one(req, done)
+                staged, durable = staged or s, durable or d
+            if group:
+                s, d = self._run_appends(group, done)
+                staged, durable = staged or s, durable or d
             durable = durable and (staged or self._unsynced)
             if staged or durable:
                 await self._flush(durable)
@@ -497,6 +499,44 @@ class BatchingLog(EventLog):
             if not req.future.done():
                 req.future.set_result(result)
         return staged
+
+    def _run_one(self, req: _Request, done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:
+        """Run one request under the lock: decide, stamp, deliver and stage its records;
+        return (whether it staged lines, whether it asks for a sync)."""
+        decided = _decide(req)
+        if decided is None:
+            return False, False
+        records, result = decided
+        try:
+            stamped, lines = self._stamp(records)
+        except Exception as exc:  # records that cannot be encoded: this caller's
+            req.future.set_exception(exc)
+            return False, False
+        if lines:
+            self._deliver_own(stamped)
+            self._stage(lines)
+        done.append((req, result))
+        return bool(lines), req.durable and (bool(lines) or req.command is None)
+
+    def _run_appends(self, group: list[_Request],
+                     done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:  # fmt: skip
+        """:meth:`_run_one` for consecutive plain appends, stamped and delivered as one
+        (the same records, seqs and lines; one listener call); when any of them cannot
+        be encoded, each on its own, so that only its caller gets the error."""
+        if len(group) == 1:
+            return self._run_one(group[0], done)
+        try:
+            stamped, lines = self._stamp([r for req in group for r in req.records])
+        except Exception:
+            staged = durable = False
+            for req in group:
+                s, d = self._run_one(req, done)
+                staged, durable = staged or s, durable or d
+            return staged, durable
+        self._deliver_own(stamped)
+        self._stage(lines)
+        done.extend((req, None) for req in group)
+        return True, any(req.durable for req in group)
 
     async def _run_syncs(self, batch: list[_Request]) -> None:
         """A batch of syncs only (:meth:`sync`, the timer of :meth:`_synced`): one sync

@@ -116,6 +116,31 @@ async def test_unserializable_record_fails_only_its_caller(open_log: OpenLog) ->
     assert [r["k"] for r in rec.records] == ["ok"]
 
 
+async def test_plain_appends_in_one_batch_keep_their_order_and_their_failures(
+    open_log: OpenLog,
+) -> None:
+    """A batch's consecutive plain appends are written together, in order, with
+    consecutive seqs; a command after them sees them; one that cannot be encoded fails
+    only its caller."""
+    log, rec = await open_log()
+    results = await asyncio.gather(
+        log.append(recs("a")),
+        log.append([{"k": "bad", "v": object()}]),
+        log.append(recs("b", "c")),
+        log.append([{"claim": "k"}]),
+        log.transact(claim(rec, "k")),
+        log.append(recs("d")),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], LogError)
+    assert [results[i] for i in (0, 2, 3, 5)] == [None] * 4
+    assert results[4] is False  # the plain append before it claimed "k" first
+    assert [r.get("k", r.get("claim")) for r in rec.records] == ["a", "b", "c", "k", "d"]
+    assert [r["seq"] for r in rec.records] == [1, 2, 3, 4, 5]
+    _, fresh = await open_log()
+    assert fresh.records == rec.records
+
+
 async def test_catch_up_delivers_the_other_instances_appends(open_log: OpenLog) -> None:
     a, rec_a = await open_log(follow=False)
     b, rec_b = await open_log(follow=False)
