@@ -115,6 +115,8 @@ class BatchingLog(EventLog):
         self._recovery = asyncio.Lock()
         self._fatal: asyncio.Future[BaseException] | None = None
         self._unsynced = False  # lines were written since the last fsync
+        self._batch_size = 0
+        """Requests in the batch being run (a backend's :meth:`_flush` may read it)."""
         self._sync_timer: asyncio.TimerHandle | None = None
 
     # ----------------------------------------------------------------- hooks
@@ -142,6 +144,14 @@ class BatchingLog(EventLog):
         it, so that a sync never holds up the other writers."""
         async with self._exclusive():
             await self._flush(True)
+
+    async def _idle(self) -> bool:
+        """The writer is about to stop: the queue is empty, or the log failed. A backend
+        that got ready for a next batch (:class:`PostgresLog` begins its transaction
+        ahead) ends that here, or keeps it and returns True when requests were queued
+        meanwhile (it may wait for the callers the last batch woke) and the log has
+        not failed. Default: nothing to end, return False."""
+        return False
 
     async def _replay_all(self) -> None:
         """Reset the listener and replay the whole log from storage (after a fault).
@@ -432,7 +442,7 @@ class BatchingLog(EventLog):
     async def _drain(self) -> None:
         """The writer: run queued requests batch after batch until the queue is empty."""
         try:
-            while self._queue and self._failure is None:
+            while (self._queue and self._failure is None) or await self._idle_safely():
                 batch, self._queue = self._queue, []
                 await self._recover_if_due()
                 try:
@@ -460,6 +470,18 @@ class BatchingLog(EventLog):
         finally:
             self._writer = None
 
+    async def _idle_safely(self) -> bool:
+        """:meth:`_idle`; a storage fault there is entered (no request was in it)."""
+        try:
+            return await self._idle()
+        except StorageUnavailable as exc:
+            if not self._closing and not self._stale:
+                self._enter_fault(exc)
+            return bool(self._queue) and self._failure is None
+        except Exception as exc:
+            self._fail(exc)
+            return False
+
     async def _run_batch(self, batch: list[_Request]) -> bool:
         """Run the batch under the lock; return whether it wrote anything.
 
@@ -471,6 +493,7 @@ class BatchingLog(EventLog):
             return False
         done: list[tuple[_Request, Any]] = []
         durable = staged = False
+        self._batch_size = len(batch)
         async with self._exclusive():
             group: list[_Request] = []  # consecutive plain appends, written as one
             size = 0

@@ -5,7 +5,9 @@ Contract (normative text in ``specs/log-storage.md`` §12):
 * A group-commit batch is one transaction: ``BEGIN``, the queue's advisory
   transaction lock, catch-up from the last line read, the commands, one ``INSERT``
   of their lines with consecutive ``pos``, ``NOTIFY``, ``COMMIT``. An ack means
-  committed; a non-durable batch commits with ``synchronous_commit = off``.
+  committed; a non-durable batch commits with ``synchronous_commit = off``. After a
+  batch of several requests the next one's ``BEGIN``, lock and read go out with the
+  ``COMMIT`` (ahead); the writer rolls that transaction back if no request comes.
 * Reads need no lock: one statement (one snapshot) returns the queue's generation
   and the lines after the last one read. A new generation (compaction elsewhere)
   resets the listener and replays.
@@ -139,6 +141,8 @@ class PostgresLog(BatchingLog):
         self._background: set[asyncio.Task[None]] = set()
         self._staged: list[bytes] = []
         self._in_txn = False
+        self._ahead = False  # the next batch's transaction was begun with the last COMMIT
+        self._ahead_after = 0  # the line its catch-up read starts after
         self._wire_of: Wire | None = None  # the batch statements' side of ``_conn``
         self._aside: Wire | None = None  # the follower's reads on ``_listen`` (_read_aside)
         self._queue_param = text(self.queue)
@@ -232,7 +236,7 @@ class PostgresLog(BatchingLog):
     def _lost(self, exc: BaseException) -> StorageUnavailable:
         """A database call failed: forget the connection (the replay reconnects)."""
         conn, self._conn = self._conn, None
-        self._in_txn = False
+        self._in_txn = self._ahead = False
         if conn is not None and not conn.closed:
             task = asyncio.get_running_loop().create_task(_close_quietly(conn))
             self._background.add(task)
@@ -299,8 +303,8 @@ class PostgresLog(BatchingLog):
         (under contention, mostly waiting for the queue's lock), read on the LISTEN
         connection instead: the peers' records are then folded while we wait for the
         lock, not while we hold it (the batch skips what was delivered meanwhile)."""
-        if self._mutex.locked():
-            await self._read_aside()
+        if self._mutex.locked() or (self._ahead and not self._in_txn):  # or the lock's
+            await self._read_aside()  # wait begun ahead: catch_up would wait for it
         else:
             await self.catch_up()
 
@@ -376,6 +380,8 @@ class PostgresLog(BatchingLog):
         self._check_usable()
         async with self._mutex:
             self._check_usable()
+            if self._ahead and not self._in_txn:  # its read is a catch-up: use it
+                return await self._take_ahead()
             return await self._sync()
 
     async def _follow(self) -> None:
@@ -423,28 +429,79 @@ class PostgresLog(BatchingLog):
 
         Its statements go straight through libpq (:mod:`~snerd.eventlog.postgres.wire`):
         ``BEGIN``, the lock and the read in one round trip (the read's snapshot is
-        taken once the lock is granted), then :meth:`_flush`'s in a second."""
+        taken once the lock is granted), then :meth:`_flush`'s in a second. When the
+        last batch sent them ahead, after its ``COMMIT`` (:meth:`_flush`), their
+        results are collected here instead (or were already, by :meth:`_idle` or
+        :meth:`catch_up`: the transaction is open and caught up)."""
         async with self._mutex:
-            wire = self._wire()
-            after = self._pos
-            read = (sql.READ, _READ_TYPES, (int8(after), self._queue_param))
             try:
-                result = await wire.round_trip([_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)),
-                                                read], end=False)  # fmt: skip
-            except psycopg.Error as exc:
-                raise self._lost(exc) from exc
-            rows = _rows(result)
-            self._in_txn = True
-            try:
-                await self._sync(rows, after)
+                if self._ahead:
+                    if not self._in_txn:
+                        await self._take_ahead()
+                    self._ahead = False
+                else:
+                    await self._begin()
                 yield
             finally:
                 if self._in_txn:  # nothing was committed: end the transaction
-                    self._in_txn = False
-                    try:
-                        await wire.round_trip([_ROLLBACK], end=True)
-                    except psycopg.Error as exc:
-                        self._lost(exc)
+                    await self._rollback()
+
+    async def _begin(self) -> None:
+        """``BEGIN``, the lock and the catch-up read in one round trip, and deliver."""
+        after = self._pos
+        read = (sql.READ, _READ_TYPES, (int8(after), self._queue_param))
+        try:
+            result = await self._wire().round_trip(
+                [_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)), read], end=False
+            )
+        except psycopg.Error as exc:
+            raise self._lost(exc) from exc
+        self._in_txn = True
+        await self._sync(_rows(result), after)
+
+    async def _take_ahead(self) -> int:
+        """Collect the transaction begun ahead (holding ``_mutex``): it is open, holds
+        the lock, and what it read is delivered; return the records delivered."""
+        try:
+            result = await self._wire().finish()
+        except psycopg.Error as exc:
+            raise self._lost(exc) from exc
+        self._in_txn = True
+        try:  # the follower may have delivered some of its lines meanwhile (_read_aside)
+            return await self._sync(_rows(result), self._ahead_after)
+        except BaseException:
+            if self._in_txn:
+                await self._rollback()
+            raise
+
+    async def _rollback(self) -> None:
+        """End the open transaction (a failure drops the connection)."""
+        self._in_txn = self._ahead = False
+        try:
+            await self._wire().round_trip([_ROLLBACK], end=True)
+        except psycopg.Error as exc:
+            self._lost(exc)
+        except StorageUnavailable:
+            pass  # not connected, or the wire was cut short: the connection is dropped
+
+    async def _idle(self) -> bool:
+        """The writer found no request (or the log failed): a transaction begun ahead
+        is collected (its lock granted, its read delivered; the callers the last batch
+        acked queue their next requests meanwhile) and kept if requests are queued by
+        then, else rolled back. Return whether requests are queued (those that came
+        during the roll-back too)."""
+        if not self._ahead:
+            return False
+        async with self._mutex:
+            if self._ahead and self._failure is not None:  # fail-stop: let the lock go
+                self._lost(LogError("the log failed"))
+            if self._ahead and not self._in_txn:
+                await self._take_ahead()
+            if not self._queue:  # the callers just acked run their next step first
+                await asyncio.sleep(0)
+            if self._ahead and not self._queue:
+                await self._rollback()
+        return bool(self._queue) and self._failure is None
 
     def _wire(self) -> Wire:
         """The current connection's libpq side (a lost or half-used one raises)."""
@@ -473,12 +530,22 @@ class PostgresLog(BatchingLog):
         else:
             steps.append((sql.TOUCH_XID, (), ()))
         steps.append(_COMMIT)
+        # Several callers in this batch: more are likely to follow at once (those it
+        # acks), so the next batch's transaction begins in this write, after the
+        # COMMIT: its lock and catch-up round trip overlaps the acks and the callers'
+        # next requests (``_idle`` rolls it back if none come).
+        ahead: list[Step] = []
+        if self._batch_size > 1 and not self._closing:
+            self._ahead_after = self._pos + len(lines)
+            read = (sql.READ, _READ_TYPES, (int8(self._ahead_after), self._queue_param))
+            ahead = [_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)), read]
         try:
-            await wire.round_trip(steps, end=True)
+            await wire.round_trip(steps, end=True, ahead=ahead)
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
         self._doubt = None
         self._in_txn = False
+        self._ahead = bool(ahead)
         self._pos += len(lines)
         self._byte_pos += sum(map(len, lines))
 
@@ -489,6 +556,10 @@ class PostgresLog(BatchingLog):
         if not self._fsync_on:
             return
         async with self._mutex:
+            if self._ahead:  # never hold the lock through a sync
+                if not self._in_txn:
+                    await self._take_ahead()
+                await self._rollback()
             try:  # no BEGIN: the pipeline's Sync commits it (an implicit transaction)
                 await self._wire().round_trip([(sql.TOUCH_XID, (), ())], end=True)
             except psycopg.Error as exc:

@@ -103,42 +103,81 @@ class Wire:
         self.conn = conn
         self._pg = conn.pgconn
         self._names: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        self.pending: tuple[int, list[tuple[tuple[str, tuple[int, ...]], bytes]]] | None = None
+        """Statements sent ``ahead`` whose results :meth:`finish` has yet to collect."""
         self.broken = False
         """A round trip did not finish: libpq's state is unknown, drop the connection."""
 
-    async def round_trip(self, steps: Sequence[Step], *, end: bool) -> PGresult:
+    async def round_trip(self, steps: Sequence[Step], *, end: bool,
+                         ahead: Sequence[Step] = ()) -> PGresult:  # fmt: skip
         """Send ``steps`` in one pipeline and return the last one's result.
 
         ``end``: close the pipeline with a ``Sync`` (the server ends an implicit
         transaction there; ours are explicit) and wait for it; otherwise ask for the
-        results with a flush request (the transaction goes on)."""
-        if self.broken:
+        results with a flush request (the transaction goes on).
+
+        ``ahead``: statements sent in the same write after the ``Sync`` (``end`` must
+        be set), whose results are left pending: :meth:`finish` collects them, and no
+        other round trip may start before it has."""
+        if self.broken or self.pending is not None:
             raise psycopg.OperationalError("the connection's pipeline state is unknown")
+        assert end or not ahead
         self.broken = True  # until this round trip has finished cleanly
         pg = self._pg
         try:
             pg.enter_pipeline_mode()
             new: list[tuple[tuple[str, tuple[int, ...]], bytes]] = []
-            for statement, types, values in steps:
-                key = (statement, types)
-                name = self._names.get(key)
-                if name is None:
-                    name = b"snerd_%d" % (len(self._names) + len(new))
-                    pg.send_prepare(name, numbered(statement), types)
-                    new.append((key, name))
-                pg.send_query_prepared(name, values, [_BINARY] * len(values), _BINARY)
+            self._send(steps, new)
             if end:
                 pg.pipeline_sync()
             else:
                 pg.send_flush_request()
+            later: list[tuple[tuple[str, tuple[int, ...]], bytes]] = []
+            if ahead:
+                self._send(ahead, later, new)
+                pg.pipeline_sync()
             await self._flush()
             last = await self._collect(len(steps) + len(new), end)
-            pg.exit_pipeline_mode()
+            if not ahead:
+                pg.exit_pipeline_mode()
         except OSError as exc:  # the socket went away under the event loop
+            raise psycopg.OperationalError(f"connection lost: {exc}") from exc
+        self._names.update(new)
+        if ahead:
+            self.pending = (len(ahead) + len(later), later)
+        self.broken = False
+        return last
+
+    async def finish(self) -> PGresult:
+        """Collect the results of the ``ahead`` statements of the last round trip;
+        return the last one's."""
+        assert self.pending is not None
+        if self.broken:
+            raise psycopg.OperationalError("the connection's pipeline state is unknown")
+        (statements, new), self.pending = self.pending, None
+        self.broken = True
+        try:
+            last = await self._collect(statements, True)
+            self._pg.exit_pipeline_mode()
+        except OSError as exc:
             raise psycopg.OperationalError(f"connection lost: {exc}") from exc
         self._names.update(new)
         self.broken = False
         return last
+
+    def _send(self, steps: Sequence[Step], new: list[tuple[tuple[str, tuple[int, ...]], bytes]],
+              sent: Sequence[tuple[tuple[str, tuple[int, ...]], bytes]] = ()) -> None:  # fmt: skip
+        pg = self._pg
+        for statement, types, values in steps:
+            key = (statement, types)
+            name = self._names.get(key)
+            if name is None:
+                name = next((n for k, n in [*sent, *new] if k == key), None)
+            if name is None:
+                name = b"snerd_%d" % (len(self._names) + len(sent) + len(new))
+                pg.send_prepare(name, numbered(statement), types)
+                new.append((key, name))
+            pg.send_query_prepared(name, values, [_BINARY] * len(values), _BINARY)
 
     async def _flush(self) -> None:
         while self._pg.flush():

@@ -283,3 +283,142 @@ async def test_peers_records_are_folded_while_a_batch_waits_for_the_lock(
             peer.execute("SELECT pg_advisory_unlock(%s)", (key,))
     await mine
     assert [(r["k"], r["seq"]) for r in rec.records] == [("own", 1), ("theirs", 2), ("mine", 3)]
+
+
+async def _lock_is_free(log: Any) -> bool:
+    """Whether another session can take the queue's lock once the writer is idle."""
+    import psycopg
+
+    await log._wait_writer()
+    with psycopg.connect(pgkit.PG_URL) as conn:  # a transaction: the lock ends with it
+        row = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (log._key,)).fetchone()
+    return bool(row and row[0])
+
+
+async def _appenders(log: EventLog, writers: int, each: int, tag: str = "") -> None:
+    async def appender(w: int) -> None:
+        for i in range(each):
+            await log.append(recs(f"{tag}{w}.{i}"))
+
+    await asyncio.gather(*(appender(w) for w in range(writers)))
+
+
+async def test_a_busy_batch_begins_the_next_one_with_its_commit(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a batch of several callers, the next transaction (BEGIN, lock, catch-up
+    read) goes out with the COMMIT: the callers it acked find it ready; once no request
+    comes, it is rolled back and the queue's lock is free."""
+    from snerd.eventlog.postgres.wire import Wire
+
+    log, rec = await _open(backend, logs, follow=False)
+    sent: list[tuple[str, bool]] = []  # (statement, sent ahead)
+    real = Wire.round_trip
+
+    async def counting(self: Wire, steps: Any, *, end: bool, ahead: Any = ()) -> Any:
+        sent.extend((s, False) for s, _, _ in steps)
+        sent.extend((s, True) for s, _, _ in ahead)
+        return await real(self, steps, end=end, ahead=ahead)
+
+    monkeypatch.setattr(Wire, "round_trip", counting)
+    await _appenders(log, writers=3, each=4)
+    assert log.commits == 4  # each round of the 3 callers is one batch
+    assert sent.count(("BEGIN", False)) == 1  # the first batch's
+    assert sent.count(("BEGIN", True)) == 4  # with each COMMIT; the last one unused:
+    assert await _lock_is_free(log)
+    assert sent.count(("ROLLBACK", False)) == 1
+    assert not log._ahead and not log._in_txn
+    assert [r["seq"] for r in rec.records] == list(range(1, 13))
+
+
+async def test_writers_that_begin_ahead_still_take_turns_gap_free(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """Two logs on one queue, each with busy callers: every line lands once, with
+    consecutive seqs, and each log reads the other's lines before writing its own."""
+    a, rec_a = await _open(backend, logs, follow=False)
+    b, rec_b = await _open(backend, logs, follow=False)
+    await asyncio.gather(_appenders(a, 4, 6, "a"), _appenders(b, 4, 6, "b"))
+    await a.catch_up()
+    await b.catch_up()
+    assert [r["seq"] for r in rec_a.records] == list(range(1, 49))
+    assert rec_a.records == rec_b.records
+    assert await _lock_is_free(a)
+    _, fresh = await _open(backend, logs, follow=False)
+    assert fresh.records == rec_a.records
+
+
+async def test_a_catch_up_takes_over_the_transaction_begun_ahead(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """A catch-up that gets the connection while the next batch's transaction is still
+    in flight reads its results (they are a catch-up read); the writer goes on."""
+    log, rec = await _open(backend, logs, follow=False)
+    catch_ups: list[asyncio.Task[int]] = []
+    real = rec.on_records
+
+    def on_records(records: Any) -> None:
+        real(records)
+        if not catch_ups:  # it waits for the connection until the batch is written
+            catch_ups.append(asyncio.get_running_loop().create_task(log.catch_up()))
+
+    rec.on_records = on_records  # type: ignore[method-assign]
+    await asyncio.gather(log.append(recs("x")), log.append(recs("y")))
+    assert await catch_ups[0] == 0
+    await _appenders(log, writers=2, each=2)
+    assert log.faults == 0
+    assert sorted(rec.state) == ["0.0", "0.1", "1.0", "1.1", "x", "y"]
+    assert await _lock_is_free(log)
+
+
+async def test_a_sync_after_a_busy_batch_does_not_hold_the_lock(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Callers that sync right after their non-durable appends: the sync batch ends the
+    transaction begun ahead first (a sync holds no lock) and makes the lines durable."""
+    from snerd.eventlog.postgres import sql
+    from snerd.eventlog.postgres.wire import Wire
+
+    log, rec = await _open(backend, logs, follow=False, fsync=True)
+    syncs: list[bool] = []  # whether each sync went out inside a transaction
+    real = Wire.round_trip
+
+    async def spying(self: Wire, steps: Any, *, end: bool, ahead: Any = ()) -> Any:
+        if steps[0][0] == sql.TOUCH_XID:
+            syncs.append(log._in_txn)
+        return await real(self, steps, end=end, ahead=ahead)
+
+    monkeypatch.setattr(Wire, "round_trip", spying)
+
+    async def caller(k: str) -> None:
+        await log.append(recs(k), durable=False)
+        await log.sync()
+
+    await asyncio.gather(caller("a"), caller("b"))
+    assert not log._unsynced
+    assert syncs == [False]  # one sync, in autocommit: it commits, holding no lock
+    assert await _lock_is_free(log)
+    await log.append(recs("c"))
+    assert sorted(rec.state) == ["a", "b", "c"]
+
+
+async def test_a_request_queued_while_the_unused_transaction_rolls_back_is_written(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snerd.eventlog.postgres.log import PostgresLog
+
+    log, rec = await _open(backend, logs, follow=False)
+    late: list[asyncio.Future[None]] = []
+    real = PostgresLog._rollback
+
+    async def rollback_meanwhile(self: PostgresLog) -> None:
+        if not late:  # a caller comes while the ROLLBACK is on its way
+            late.append(self.submit(lambda: (recs("late"), None)))
+        await real(self)
+
+    monkeypatch.setattr(PostgresLog, "_rollback", rollback_meanwhile)
+    await asyncio.gather(log.append(recs("a")), log.append(recs("b")))
+    await asyncio.wait_for(log._wait_writer(), 10)
+    assert late[0].done()
+    assert [r["k"] for r in rec.records] == ["a", "b", "late"]
+    assert await _lock_is_free(log)
