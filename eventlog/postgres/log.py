@@ -45,7 +45,14 @@ from snerd.eventlog.postgres.connect import (
     ensure_schema,
     unavailable,
 )
-from snerd.eventlog.postgres.schema import CHANNEL, lock_key, notify_payload, parse_payload
+from snerd.eventlog.postgres.schema import (
+    CHANNEL,
+    lines_payload,
+    lock_key,
+    notify_payload,
+    parse_lines_payload,
+    parse_payload,
+)
 from snerd.eventlog.postgres.url import PgTarget, parse
 from snerd.eventlog.postgres.wire import (
     BYTEA_ARRAY,
@@ -415,11 +422,32 @@ class PostgresLog(BatchingLog):
         while (left := deadline - loop.time()) > 0:
             payloads = await notifications(self._listen, left)
             for payload in payloads:
-                queue, token = parse_payload(payload.decode(errors="replace"))
-                if queue == self.queue and token != self._token:
-                    return
+                head = payload.partition(b"\n")[0].decode(errors="replace")
+                queue, token = parse_payload(head)
+                token = token.partition(" ")[0]  # a payload that carries lines says more
+                ours = queue == self.queue and token != self._token
+                if ours and not self._take_notified(payload):
+                    return  # not carried, or not next: read
             if not payloads:
                 return  # the poll's time: catch up anyway
+
+    def _take_notified(self, payload: bytes) -> bool:
+        """Deliver the lines a peer's notification carries (:func:`lines_payload`), when
+        they continue what was read (same generation, no gap) and nothing else moves
+        (the conditions of :meth:`_read_aside`); return whether they were taken.
+        Notifications come in commit order, and a transaction's notification is sent
+        only when it commits, so its lines are exactly the rows it added."""
+        carried = parse_lines_payload(payload)
+        if carried is None:
+            return False
+        generation, after, lines = carried
+        if (generation != self._generation or after > self._pos or self._in_txn
+                or self.degraded or self._fault is not None or self._resume is not None
+                or self._closing):  # fmt: skip
+            return False
+        rows = [(generation, after + i, line) for i, line in enumerate(lines, 1)]
+        self._take_rows(rows, after)
+        return True
 
     # --------------------------------------------------------------- writing
 
@@ -524,8 +552,9 @@ class PostgresLog(BatchingLog):
         if not (durable and self._fsync_on):
             steps.append((sql.ASYNC_COMMIT, (), ()))
         if lines:
+            carried = lines_payload(self.queue, self._token, self._generation, self._pos, lines)
             values = (self._queue_param, int8(self._pos), bytea_array(lines), _CHANNEL,
-                      self._payload)  # fmt: skip
+                      self._payload if carried is None else carried)  # fmt: skip
             steps.append((sql.APPEND, _APPEND_TYPES, values))
         else:
             steps.append((sql.TOUCH_XID, (), ()))

@@ -101,6 +101,34 @@ def notify_payload(queue: str, token: str) -> str:
     return f"{queue} {token}"
 
 
+PAYLOAD_MAX = 7900
+"""Bytes a notification may carry (PostgreSQL refuses 8,000 or more)."""
+
+
+def lines_payload(queue: str, token: str, generation: int, after: int,
+                  lines: list[bytes]) -> bytes | None:  # fmt: skip
+    """A batch's notification that carries its lines, so that followers need not read
+    them: ``<queue> <token> <generation> <pos before the lines>``, a newline, then the
+    lines byte for byte. None when it would not fit (the plain payload goes instead)."""
+    head = f"{queue} {token} {generation} {after}\n".encode()
+    size = len(head) + sum(map(len, lines))
+    return head + b"".join(lines) if size <= PAYLOAD_MAX else None
+
+
+def parse_lines_payload(payload: bytes) -> tuple[int, int, list[bytes]] | None:
+    """(generation, pos before the lines, the lines) of a :func:`lines_payload`, or
+    None for a plain payload (or anything else)."""
+    head, newline, body = payload.partition(b"\n")
+    fields = head.split(b" ")
+    if not newline or not body or len(fields) != 4 or not body.endswith(b"\n"):
+        return None
+    try:
+        generation, after = int(fields[2]), int(fields[3])
+    except ValueError:
+        return None
+    return generation, after, [line + b"\n" for line in body[:-1].split(b"\n")]
+
+
 def parse_payload(payload: str) -> tuple[str, str]:
     queue, _, token = payload.partition(" ")
     return queue, token

@@ -422,3 +422,50 @@ async def test_a_request_queued_while_the_unused_transaction_rolls_back_is_writt
     assert late[0].done()
     assert [r["k"] for r in rec.records] == ["a", "b", "late"]
     assert await _lock_is_free(log)
+
+
+def test_a_notification_carries_a_small_batchs_lines_and_only_those() -> None:
+    from snerd.eventlog.postgres.schema import (
+        PAYLOAD_MAX,
+        lines_payload,
+        parse_lines_payload,
+        parse_payload,
+    )
+
+    lines = [b'{"k":"a","seq":3}\n', b'{"k":"b","seq":4}\n']
+    payload = lines_payload("q1", "tok", 7, 2, lines)
+    assert payload is not None
+    assert parse_lines_payload(payload) == (7, 2, lines)
+    assert parse_payload(payload.partition(b"\n")[0].decode())[0] == "q1"
+    assert lines_payload("q1", "tok", 7, 2, [b"x" * PAYLOAD_MAX + b"\n"]) is None  # too big
+    assert parse_lines_payload(b"q1 tok") is None  # a plain payload: read instead
+    assert parse_lines_payload(b"q1 tok 7 x\n{}\n") is None
+
+
+async def test_a_follower_takes_a_peers_small_batches_from_their_notifications(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer's batch small enough to ride in its notification is delivered from it:
+    the follower reads nothing. A batch too big for it (or after a gap) is read."""
+    follower, rec = await _open(backend, logs, poll_interval=3600.0)
+    writer, _ = await _open(backend, logs, follow=False)
+    await writer.append([{"k": "first"}])  # read: the follower may not listen yet
+    await rec.wait_for(lambda: "first" in rec.state, timeout=10)
+    reads: list[int] = []
+    real = follower._follow_catch_up
+
+    async def counting() -> None:
+        reads.append(1)
+        await real()
+
+    monkeypatch.setattr(follower, "_follow_catch_up", counting)
+    for i in range(3):
+        await writer.append([{"k": f"small{i}"}, {"k": f"more{i}"}])
+    await rec.wait_for(lambda: "more2" in rec.state, timeout=10)
+    assert reads == []  # every line came with its notification
+    await writer.append([{"k": "big", "pad": "x" * 9000}])
+    await rec.wait_for(lambda: "big" in rec.state, timeout=10)
+    assert reads  # too big to carry: read
+    assert [r["k"] for r in rec.records] == [
+        "first", "small0", "more0", "small1", "more1", "small2", "more2", "big"]
+    assert [r["seq"] for r in rec.records] == list(range(1, 9))
