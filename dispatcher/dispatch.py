@@ -71,9 +71,7 @@ class Dispatcher:
         (``delta.delayed``): an idle queue finishing a task costs no pass."""
         if self._wake.is_set():
             return
-        if (delta is not None and delta.delayed) or not idle(
-            state, self.engine.clock.now(), self._accepts
-        ):
+        if (delta is not None and delta.delayed) or self.may_find(state):
             self._wake.set()
 
     def may_find(self, state: QueueState) -> bool:

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -495,23 +495,8 @@ class BatchingLog(EventLog):
         durable = staged = False
         self._batch_size = len(batch)
         async with self._exclusive():
-            group: list[_Request] = []  # consecutive plain appends, written as one
-            size = 0
-            for req in batch:
-                if req.command is None and req.records and not req.future.done():
-                    if size + len(req.records) > DELIVERY_BATCH and group:
-                        s, d = self._run_appends(group, done)
-                        staged, durable, group, size = staged or s, durable or d, [], 0
-                    group.append(req)
-                    size += len(req.records)
-                    continue
-                if group:
-                    s, d = self._run_appends(group, done)
-                    staged, durable, group, size = staged or s, durable or d, [], 0
-                s, d = self._run_one(req, done)
-                staged, durable = staged or s, durable or d
-            if group:
-                s, d = self._run_appends(group, done)
+            for unit in _units(batch):
+                s, d = self._run_appends(unit, done)
                 staged, durable = staged or s, durable or d
             durable = durable and (staged or self._unsynced)
             if staged or durable:
@@ -543,9 +528,10 @@ class BatchingLog(EventLog):
 
     def _run_appends(self, group: list[_Request],
                      done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:  # fmt: skip
-        """:meth:`_run_one` for consecutive plain appends, stamped and delivered as one
-        (the same records, seqs and lines; one listener call); when any of them cannot
-        be encoded, each on its own, so that only its caller gets the error."""
+        """:meth:`_run_one` for a unit of :func:`_units`: one request, or consecutive
+        plain appends stamped and delivered as one (the same records, seqs and lines;
+        one listener call); when any of them cannot be encoded, each on its own, so
+        that only its caller gets the error."""
         if len(group) == 1:
             return self._run_one(group[0], done)
         try:
@@ -646,6 +632,27 @@ def _decide(req: _Request) -> tuple[Sequence[Record], Any] | None:
     except Exception as exc:
         req.future.set_exception(exc)
         return None
+
+
+def _units(batch: list[_Request]) -> Iterator[list[_Request]]:
+    """The batch in the order given: runs of consecutive plain appends (at most
+    DELIVERY_BATCH records each, unless one has more), every other request alone."""
+    group: list[_Request] = []
+    size = 0
+    for req in batch:
+        if req.command is None and req.records and not req.future.done():
+            if group and size + len(req.records) > DELIVERY_BATCH:
+                yield group
+                group, size = [], 0
+            group.append(req)
+            size += len(req.records)
+            continue
+        if group:
+            yield group
+            group, size = [], 0
+        yield [req]
+    if group:
+        yield group
 
 
 def _fail_all(batch: list[_Request], exc: BaseException) -> None:

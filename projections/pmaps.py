@@ -95,19 +95,7 @@ def _fast_dissoc(m: Any, key: Any) -> Any:
     return m
 
 
-# --- the public-API versions (the fallback, and the reference the tests compare with) ------
-
-
-def _slow_get(m: PMap[Any, Any], key: Any, default: Any = None) -> Any:
-    return m.get(key, default)
-
-
-def _slow_assoc(m: PMap[Any, Any], key: Any, value: Any) -> PMap[Any, Any]:
-    return m.set(key, value)
-
-
-def _slow_dissoc(m: PMap[Any, Any], key: Any) -> PMap[Any, Any]:
-    return m.discard(key)
+# --- the check of the fast versions against pyrsistent's public API -----------------------
 
 
 def _agrees() -> bool:
@@ -133,8 +121,6 @@ FAST: Final = (
 )
 """Whether the sets' fast functions are in use (pyrsistent's layout is the one they know)."""
 
-_pget: Final[Callable[..., Any]] = _fast_get if FAST else _slow_get
-
 
 # --- maps (immutables.Map) ------------------------------------------------------------------
 
@@ -155,7 +141,10 @@ def dissoc(m: Map[K, V], key: K) -> Map[K, V]:
 
 
 def set_has(s: Any, item: Any) -> bool:
-    return _pget(s._map, item, _MISSING) is not _MISSING
+    """``item in s``."""
+    if not FAST:
+        return item in s
+    return _fast_get(s._map, item, _MISSING) is not _MISSING
 
 
 def set_add(s: Any, item: K) -> PSet[K]:

@@ -276,9 +276,8 @@ class PostgresLog(BatchingLog):
         """One catch-up read, straight through libpq like a batch's statements (a
         follower reads after every peer's batch: psycopg's cursor machinery was a
         quarter of a daemon's CPU in the 4-daemon benchmark)."""
-        read = (sql.READ, _READ_TYPES, (int8(self._pos), self._queue_param))
         try:
-            return _rows(await self._wire().round_trip([read], end=True))
+            return _rows(await self._wire().round_trip([self._read_step(self._pos)], end=True))
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
 
@@ -329,16 +328,14 @@ class PostgresLog(BatchingLog):
             if self.degraded or self._fault is not None:
                 return
             epoch, after = self._epoch, self._pos
-            read = (sql.READ, _READ_TYPES, (int8(after), self._queue_param))
             try:
-                rows = _rows(await self._aside.round_trip([read], end=True))
+                rows = _rows(await self._aside.round_trip([self._read_step(after)], end=True))
             except psycopg.Error as exc:
                 log.warning("LISTEN connection lost (%s)", unavailable(self.target, exc))
                 self._listen = None
                 await _close_quietly(listen)
                 return
-            if (self._epoch != epoch or self._in_txn or self.degraded or self._fault is not None
-                    or not rows or int(rows[0][0]) != self._generation):  # fmt: skip
+            if self._epoch != epoch or not rows or not self._may_deliver_aside(int(rows[0][0])):
                 return
             _, more = self._take_rows(rows, after)
             if not more:
@@ -422,14 +419,19 @@ class PostgresLog(BatchingLog):
         while (left := deadline - loop.time()) > 0:
             payloads = await notifications(self._listen, left)
             for payload in payloads:
-                head = payload.partition(b"\n")[0].decode(errors="replace")
-                queue, token = parse_payload(head)
-                token = token.partition(" ")[0]  # a payload that carries lines says more
+                queue, token = parse_payload(payload.partition(b"\n")[0].decode(errors="replace"))
                 ours = queue == self.queue and token != self._token
                 if ours and not self._take_notified(payload):
                     return  # not carried, or not next: read
             if not payloads:
                 return  # the poll's time: catch up anyway
+
+    def _may_deliver_aside(self, generation: int) -> bool:
+        """Whether lines of ``generation`` read outside the batch's transaction may be
+        delivered now: nothing but followers moved (no batch of ours in its
+        transaction, no compaction, no fault, not closing)."""
+        return not (generation != self._generation or self._in_txn or self.degraded
+                    or self._fault is not None or self._closing)  # fmt: skip
 
     def _take_notified(self, payload: bytes) -> bool:
         """Deliver the lines a peer's notification carries (:func:`lines_payload`), when
@@ -441,9 +443,7 @@ class PostgresLog(BatchingLog):
         if carried is None:
             return False
         generation, after, lines = carried
-        if (generation != self._generation or after > self._pos or self._in_txn
-                or self.degraded or self._fault is not None or self._resume is not None
-                or self._closing):  # fmt: skip
+        if after > self._pos or self._resume is not None or not self._may_deliver_aside(generation):
             return False
         rows = [(generation, after + i, line) for i, line in enumerate(lines, 1)]
         self._take_rows(rows, after)
@@ -474,14 +474,19 @@ class PostgresLog(BatchingLog):
                 if self._in_txn:  # nothing was committed: end the transaction
                     await self._rollback()
 
+    def _read_step(self, after: int) -> Step:
+        """The catch-up read of the lines past line ``after``."""
+        return (sql.READ, _READ_TYPES, (int8(after), self._queue_param))
+
+    def _lock_steps(self, after: int) -> list[Step]:
+        """``BEGIN``, the queue's lock, then the catch-up read past line ``after``."""
+        return [_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)), self._read_step(after)]
+
     async def _begin(self) -> None:
         """``BEGIN``, the lock and the catch-up read in one round trip, and deliver."""
         after = self._pos
-        read = (sql.READ, _READ_TYPES, (int8(after), self._queue_param))
         try:
-            result = await self._wire().round_trip(
-                [_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)), read], end=False
-            )
+            result = await self._wire().round_trip(self._lock_steps(after), end=False)
         except psycopg.Error as exc:
             raise self._lost(exc) from exc
         self._in_txn = True
@@ -566,8 +571,7 @@ class PostgresLog(BatchingLog):
         ahead: list[Step] = []
         if self._batch_size > 1 and not self._closing:
             self._ahead_after = self._pos + len(lines)
-            read = (sql.READ, _READ_TYPES, (int8(self._ahead_after), self._queue_param))
-            ahead = [_BEGIN, (sql.LOCK, _LOCK_TYPES, (self._key_param,)), read]
+            ahead = self._lock_steps(self._ahead_after)
         try:
             await wire.round_trip(steps, end=True, ahead=ahead)
         except psycopg.Error as exc:

@@ -130,5 +130,6 @@ def parse_lines_payload(payload: bytes) -> tuple[int, int, list[bytes]] | None:
 
 
 def parse_payload(payload: str) -> tuple[str, str]:
-    queue, _, token = payload.partition(" ")
-    return queue, token
+    """(queue, writer token) of a notification's first line, either form."""
+    queue, _, rest = payload.partition(" ")
+    return queue, rest.partition(" ")[0]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import pytest
 from enginekit import Harness, settle
 
+from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Job
 from snerd.projections import events as ev
 from snerd.rpc.protocol import Enqueue
@@ -193,6 +195,30 @@ def _count_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return plans
 
 
+async def _passes_run() -> None:
+    """Let any dispatcher pass that was asked for run."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def _one_at_a_time(engine: Engine, harness: Harness, n: int) -> None:
+    """Enqueue ``n`` tasks, each once the one before has run and ended."""
+    for i in range(n):
+        await engine.enqueue(_enqueue(f"i{i}"))
+        await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
+    await _passes_run()
+
+
+def _gated() -> tuple[asyncio.Event, Callable[[Job], Awaitable[None]]]:
+    """A handler that returns once the event is set."""
+    gate = asyncio.Event()
+
+    async def gated(job: Job) -> None:
+        await gate.wait()
+
+    return gate, gated
+
+
 async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) -> None:
     """A task enqueued while a worker is free is claimed by the plan made under the lock
     in the enqueue's own batch; neither that fold nor the task's end wakes the
@@ -200,11 +226,7 @@ async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) 
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
     plans = _count_plans(monkeypatch)
-    for i in range(20):
-        await engine.enqueue(_enqueue(f"i{i}"))
-        await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
-    for _ in range(5):  # let any pass that was asked for run
-        await asyncio.sleep(0)
+    await _one_at_a_time(engine, harness, 20)
     assert len(harness.calls) == 20
     assert plans == [1] * 20  # one plan per task, each claiming it
 
@@ -216,11 +238,7 @@ async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
     behind the outcome that freed it, in the same batch (one lock hold, one write):
     one plan per task, no dispatcher pass (which would plan once more outside the
     lock, then claim in a batch of its own)."""
-    gate = asyncio.Event()
-
-    async def gated(job: Job) -> None:
-        await gate.wait()
-
+    gate, gated = _gated()
     engine = await harness.engine({"t": gated}, max_workers=1)
     for i in range(6):
         await engine.enqueue(_enqueue(f"b{i}"))
@@ -228,8 +246,7 @@ async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
     plans = _count_plans(monkeypatch)
     gate.set()
     await settle(engine, lambda: len(harness.calls) == 6 and not engine.state.tasks)
-    for _ in range(5):  # let any pass that was asked for run
-        await asyncio.sleep(0)
+    await _passes_run()
     assert plans == [1] * 5  # the last outcome leaves nothing to claim: no plan
 
 
@@ -239,18 +256,13 @@ async def test_claims_behind_a_flood_of_enqueues_plan_only_for_free_slots(
     """Every enqueue made while a slot was free queues a claim behind it; once the
     first ones have taken the slots, the rest of that batch's claims plan nothing
     (each plan is made under the lock: it holds up every writer of the queue)."""
-    gate = asyncio.Event()
-
-    async def gated(job: Job) -> None:
-        await gate.wait()
-
+    gate, gated = _gated()
     engine = await harness.engine({"t": gated}, max_workers=2)
     await settle(engine, lambda: True)
     plans = _count_plans(monkeypatch)
     await asyncio.gather(*(engine.enqueue(_enqueue(f"f{i}")) for i in range(20)))
     await settle(engine, lambda: len(engine.runs) == 2)
-    for _ in range(5):  # let any pass that was asked for run
-        await asyncio.sleep(0)
+    await _passes_run()
     assert plans == [1, 1]  # one plan per free slot, then none
     gate.set()
     await settle(engine, lambda: len(harness.calls) == 20 and not engine.state.tasks)
@@ -265,14 +277,9 @@ async def test_a_backlog_of_types_run_elsewhere_costs_no_pass(
     for i in range(3):
         await engine.enqueue(Enqueue(f"elsewhere{i}", "other", task_data="{}"))
     await settle(engine, lambda: len(engine.state.tasks) == 3)
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await _passes_run()
     plans = _count_plans(monkeypatch)
-    for i in range(20):
-        await engine.enqueue(_enqueue(f"i{i}"))
-        await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
-    for _ in range(5):  # let any pass that was asked for run
-        await asyncio.sleep(0)
+    await _one_at_a_time(engine, harness, 20)
     assert len(harness.calls) == 20
     assert plans == [1] * 20
     assert set(engine.state.tasks) == {f"elsewhere{i}" for i in range(3)}
