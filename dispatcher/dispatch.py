@@ -172,6 +172,8 @@ class Dispatcher:
         """Attempts this engine may still start (running and reserved ones count, and so
         does a sync handler's thread that outlived its attempt: a hard timeout cannot
         kill a thread, so it holds its slot until it returns)."""
+        if self.engine.liveness_in_doubt:
+            return 0  # claims made now could be released as a dead daemon's
         lingering = sum(int(getattr(x, "lingering", 0)) for x in self.engine.executors)
         return self.engine.config.max_workers - len(self.engine.runs) - self.reserved - lingering
 

@@ -61,6 +61,9 @@ class Liveness(Protocol):
 
     def is_alive(self, daemon_id: str) -> bool: ...
 
+    def confirm(self, daemon_id: str) -> None:
+        """Make sure our own lock is held now, taking it again if it was lost (blocking)."""
+
     def release(self, daemon_id: str | None = None) -> None: ...
 
 
@@ -135,6 +138,7 @@ class Engine:
         self._snapshot_seq: int | None = None  # the seq the live log's snapshot covers
         self._hurry = asyncio.Event()
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
+        self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
         self.observers: list[Callable[[Sequence[Event], Delta], None]] = []
@@ -154,6 +158,8 @@ class Engine:
         self.changed.set()
         for metric, _ in delta.counted:
             self.totals[metric] += 1
+        if delta.released and self.runs:
+            self._released_as_dead(events)
         self._react(delta)
         for observer in self.observers:
             try:
@@ -172,6 +178,46 @@ class Engine:
         self.skipped.append(skipped)
         del self.skipped[:-100]
         log.warning("skipped %s log line at byte %d", skipped.reason, skipped.offset)
+
+    def _released_as_dead(self, events: Sequence[Event]) -> None:
+        """Another daemon released an attempt running here as a dead owner's: it found
+        our liveness lock free (a dropped connection). Claim nothing more until the lock
+        is known to be ours again, or the next claims would be released as well and run
+        twice while we live."""
+        for event in events:
+            if type(event) is ev.ClaimReleased and event.reason == ev.REASON_OWNER_DIED:
+                run = self.runs.get(event.task_id)
+                if run is not None and run.attempt == event.attempt:
+                    self._doubt_liveness()
+                    return
+
+    @property
+    def liveness_in_doubt(self) -> bool:
+        """Whether our liveness lock is being confirmed (no claims meanwhile)."""
+        return self._confirming is not None
+
+    def _doubt_liveness(self) -> None:
+        if self.liveness is None or self._confirming is not None:
+            return
+        log.warning("a claim of ours was released as a dead daemon's; confirming our "
+                    "liveness lock before claiming again")  # fmt: skip
+        self._confirming = asyncio.get_running_loop().create_task(self._confirm_liveness())
+
+    async def _confirm_liveness(self) -> None:
+        assert self.liveness is not None
+        delay = 0.05
+        try:
+            while True:
+                try:
+                    await asyncio.to_thread(self.liveness.confirm, self.daemon)
+                    return
+                except LogError as exc:
+                    log.warning("liveness lock not confirmed (%s); retrying", exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            self._confirming = None
+            self.dispatcher.wake()
 
     def _react(self, delta: Delta) -> None:
         if delta.progress:
@@ -225,6 +271,8 @@ class Engine:
             finished.cancel()
             hurried.cancel()
         await self._release_all(ev.REASON_DRAIN)
+        if self._confirming is not None:
+            self._confirming.cancel()
         await self.dispatcher.stop()
         await self.notifier.close()
         await self.log.close()

@@ -86,6 +86,19 @@ class Liveness:
         """Whether this object holds ``daemon_id``."""
         return daemon_id in self._held
 
+    def confirm(self, daemon_id: str) -> None:
+        """Make sure ``daemon_id``'s lock is ours now. The kernel keeps a live process's
+        flock, but a lock file deleted by hand makes the daemon look dead to others:
+        then take a new one. LogError if ``daemon_id`` is not held here."""
+        fd = self._held.get(daemon_id)
+        if fd is None:
+            raise LogError(f"daemon_id {daemon_id!r} is not held here")
+        if _same_file(fd, self.layout.daemon_lock(daemon_id)):
+            return
+        del self._held[daemon_id]
+        os.close(fd)
+        self.hold(daemon_id)
+
     def is_alive(self, daemon_id: str) -> bool:
         """Whether some process holds ``daemon_id``'s lock; cleans up a stale file."""
         if daemon_id in self._held:

@@ -142,6 +142,31 @@ class PgLiveness:
     def holds(self, daemon_id: str) -> bool:
         return daemon_id in self._held
 
+    def confirm(self, daemon_id: str) -> None:
+        """Make sure ``daemon_id``'s lock is ours now: ask on the liveness connection
+        and, if the session is gone (the lock with it), reconnect and take it again.
+        StorageUnavailable while the database cannot be reached; LogError if another
+        process took the id meanwhile."""
+        with self._lock:
+            if daemon_id not in self._held:
+                raise LogError(f"daemon_id {daemon_id!r} is not held here")
+            try:
+                self._connection().execute("SELECT 1")
+                return
+            except psycopg.Error as exc:
+                log.warning("liveness connection lost (%s); taking the lock again", exc)
+                self._drop()
+            try:
+                self._connection()
+            except psycopg.Error as exc:
+                self._drop()
+                raise StorageUnavailable(f"liveness on {self.target.display}: {exc}") from exc
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
     def is_alive(self, daemon_id: str) -> bool:
         """Whether some session holds ``daemon_id``'s lock. When the database cannot
         be asked, the answer is "alive": claims are never released on a guess."""
@@ -193,9 +218,7 @@ class PgLiveness:
                     backoff = KEEP_SECONDS
                 except (psycopg.Error, StorageUnavailable, LogError) as exc:
                     log.warning("liveness connection lost (%s); retrying", exc)
-                    if self._conn is not None:
-                        self._conn.close()
-                    self._conn = None
+                    self._drop()
                     backoff = min(backoff * 2, 5.0)
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from snerd.dispatcher.clock import ManualClock
 from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.dispatcher.executors import HandlerExecutor, Job
+from snerd.errors import LogError
 from snerd.eventlog.memory import MemoryLog, MemoryStore
 
 
@@ -18,6 +20,16 @@ class FakeLiveness:
 
     def __init__(self) -> None:
         self.alive: set[str] = set()
+        self.reachable = threading.Event()  # cleared: confirm cannot take the lock again
+        self.reachable.set()
+        self.confirmed: list[str] = []
+
+    def confirm(self, daemon_id: str) -> None:
+        """Take the lock again (a reconnect), once :attr:`reachable` (a thread waits)."""
+        if not self.reachable.wait(timeout=1.0):
+            raise LogError("liveness storage unreachable")
+        self.alive.add(daemon_id)
+        self.confirmed.append(daemon_id)
 
     def hold(self, daemon_id: str) -> None:
         self.alive.add(daemon_id)

@@ -81,6 +81,35 @@ async def test_claims_of_a_dead_daemon_are_released_and_run_elsewhere(harness: H
     assert refusal is not None and refusal.code in ("not_active", "unknown_task")
 
 
+async def test_a_daemon_taken_for_dead_claims_nothing_until_its_lock_is_its_own_again(
+    harness: Harness,
+) -> None:
+    never = asyncio.Event()
+
+    async def stuck(job: Job) -> None:
+        await never.wait()
+
+    a = await harness.engine({"t": stuck})
+    await a.enqueue(_enqueue("job"))
+    await settle(a, lambda: bool(a.runs))
+    b = await harness.engine({})  # runs nothing, only its housekeeping
+    assert harness.liveness is not None
+    harness.liveness.reachable.clear()  # d0's lock is lost and cannot be taken back yet
+    harness.liveness.alive.discard("d0")
+    harness.clock.advance(1.0)  # b's housekeeping releases d0's claim as a dead owner's
+    await settle(a, lambda: a.liveness_in_doubt)
+    await b.enqueue(_enqueue("next"))
+    await settle(a, lambda: "next" in a.state.tasks)
+    assert a.dispatcher.capacity() == 0
+    calls_when_confirmed = len(harness.calls)
+    harness.liveness.reachable.set()
+    await settle(a, lambda: len(harness.calls) == 3)
+    assert calls_when_confirmed == 1  # only attempt 1 ran before the lock was d0's again
+    assert sorted(harness.calls) == [("d0", "job", 1), ("d0", "job", 2), ("d0", "next", 1)]
+    assert harness.liveness.confirmed == ["d0"] and not a.liveness_in_doubt
+    never.set()
+
+
 async def test_without_liveness_an_expired_lease_is_released(harness: Harness) -> None:
     never = asyncio.Event()
 

@@ -51,6 +51,19 @@ def test_unsafe_ids_are_refused(tmp_path: Path) -> None:
             Liveness(tmp_path).hold(bad)
 
 
+def test_confirm_takes_a_new_lock_when_the_file_was_deleted(tmp_path: Path) -> None:
+    mine, checker = Liveness(tmp_path), Liveness(tmp_path)
+    mine.hold("d1")
+    mine.confirm("d1")  # held: nothing to do
+    (tmp_path / "tasks" / "daemons" / "d1.lock").unlink()  # by hand: d1 now looks dead
+    assert not checker.is_alive("d1")
+    mine.confirm("d1")
+    assert checker.is_alive("d1")
+    with pytest.raises(LogError, match="not held"):
+        mine.confirm("d2")
+    mine.release()
+
+
 def test_stale_file_means_dead_and_is_removed(tmp_path: Path) -> None:
     live = Liveness(tmp_path)
     live.hold("zombie")

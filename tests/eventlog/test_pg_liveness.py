@@ -127,3 +127,28 @@ def test_a_cut_liveness_connection_is_dead_until_the_keeper_reconnects(url: str)
     finally:
         mine.release()
         checker.release()
+
+
+def test_confirm_takes_a_lost_lock_again_at_once(url: str) -> None:
+    import psycopg
+
+    from snerd.eventlog.postgres.liveness import PgLiveness
+
+    mine, checker = PgLiveness(url), PgLiveness(url)
+    try:
+        mine.hold("d1")
+        mine.confirm("d1")  # held: nothing to do
+        assert mine._conn is not None
+        pid = mine._conn.info.backend_pid
+        assert mine._conn.info.backend_pid == pid
+        with psycopg.connect(pgkit.PG_URL, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        eventually(lambda: not checker.is_alive("d1"), "the server to drop the lock")
+        mine.confirm("d1")  # does not wait for the keeper's next round
+        assert mine._conn is not None and mine._conn.info.backend_pid != pid
+        assert checker.is_alive("d1")
+        with pytest.raises(LogError, match="not held"):
+            mine.confirm("d2")
+    finally:
+        mine.release()
+        checker.release()
