@@ -411,7 +411,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("SNERD_BENCH_PG_URL", DEFAULT_URL),
                    help="the server (default: $SNERD_BENCH_PG_URL or %(default)s)")  # fmt: skip
-    p.add_argument("--appends", type=int, default=2000, help="(A) appends per figure")
+    p.add_argument("--appends", type=int, default=10_000,
+                   help="(A) appends per figure (default %(default)s: at 50,000/s, 2,000 "
+                        "appends were 60 batches, mostly warm-up)")  # fmt: skip
     p.add_argument("--tasks", type=int, help="(B) tasks per figure (default 2,000; --quick 1,000)")
     p.add_argument("--peer-tasks", type=int, default=5000, help="(C) tasks per figure")
     p.add_argument("--rounds", type=int, default=3)
