@@ -174,8 +174,11 @@ class Dispatcher:
         kill a thread, so it holds its slot until it returns)."""
         if self.engine.liveness_in_doubt:
             return 0  # claims made now could be released as a dead daemon's
-        lingering = sum(int(getattr(x, "lingering", 0)) for x in self.engine.executors)
-        return self.engine.config.max_workers - len(self.engine.runs) - self.reserved - lingering
+        e = self.engine
+        free = e.config.max_workers - len(e.runs) - self.reserved
+        for executor in e.executors:  # a loop: this runs several times per task
+            free -= getattr(executor, "lingering", 0)
+        return free
 
     def _accepts(self, task: Task) -> bool:
         return self.executor_for(task) is not None

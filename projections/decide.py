@@ -9,8 +9,8 @@ which also holds the one encoder of each event's record).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, cast
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import xxhash
 from pyrsistent import pmap
@@ -358,21 +358,22 @@ def purge(
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What a command decided: the events to append (typed, each with the record that
-    encodes it) and the outcome for the caller (None, a refusal, a dedupe verdict, or
-    for a claim the claimed tasks with their attempt numbers)."""
+    """What a command decided: the records to append (the dicts the encoders built; the
+    log stamps copies) and the outcome for the caller (None, a refusal, a dedupe verdict,
+    or for a claim the claimed tasks with their attempt numbers)."""
 
-    events: tuple[Event, ...] = ()
+    records: list[Record] = field(default_factory=list)
     outcome: Any = None
 
     @property
-    def records(self) -> list[Record]:
-        """The records to append: the dicts the encoders built (the log stamps copies)."""
-        return [cast(Record, event.record) for event in self.events]
+    def events(self) -> tuple[Event, ...]:
+        """The records as typed events (decoded on each call: the engine folds the
+        log's stamped copies instead, so the hot path never decodes them twice)."""
+        return tuple(decode(r) for r in self.records)
 
 
 def _decided(records: list[Record], outcome: Any = None) -> Decision:
-    return Decision(tuple(decode(r) for r in records), outcome)
+    return Decision(records, outcome)
 
 
 def owns(task: Task, daemon: str, attempt: int) -> bool:
@@ -388,7 +389,7 @@ def decide(state: QueueState, command: Command, *, now: float, daemon: str) -> D
             records, outcome = enqueue(state, command, now=now, daemon=daemon)
         except EventError as exc:  # e.g. a cron with no fire time after now
             field = "cron" if command.cron else None
-            return Decision((), Refusal("invalid_field", str(exc), field))
+            return Decision([], Refusal("invalid_field", str(exc), field))
         return _decided(records, outcome)
     if isinstance(command, Finish):
         return _finish(state, command, now=now, daemon=daemon)
@@ -396,7 +397,7 @@ def decide(state: QueueState, command: Command, *, now: float, daemon: str) -> D
         task = state.tasks.get(command.task_id)
         if task is None or not owns(task, daemon, command.attempt):
             message = f"task {command.task_id!r} is not running here"
-            return Decision((), Refusal("not_active", message))
+            return Decision([], Refusal("not_active", message))
         record = progress(task, command.data, now=now, daemon=daemon)
         return _decided([record])
     if isinstance(command, Claim):
@@ -423,7 +424,7 @@ def decide(state: QueueState, command: Command, *, now: float, daemon: str) -> D
 def _finish(state: QueueState, command: Finish, *, now: float, daemon: str) -> Decision:
     task = state.tasks.get(command.task_id)
     if task is None or not owns(task, daemon, command.attempt):
-        return Decision((), Refusal("not_active", f"the claim on {command.task_id!r} was lost"))
+        return Decision([], Refusal("not_active", f"the claim on {command.task_id!r} was lost"))
     if command.success:
         return _decided(succeed(task, now=now, daemon=daemon, result=command.result))
     records, _ = fail(state, task, command.error or "task failed", now=now, daemon=daemon,
