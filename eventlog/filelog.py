@@ -361,6 +361,8 @@ class FileLog(BatchingLog):
                 await self._fsync()
         except OSError as exc:
             raise self._roll_back(start, exc) from exc
+        if self._watcher is not None:  # under the lock, caught up: only our own change
+            self._watcher.forget_pending()
 
     async def _sync_only(self) -> None:
         """fsync the file: it makes our lines durable whoever holds the lock (a log

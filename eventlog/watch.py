@@ -39,6 +39,11 @@ class Watcher(Protocol):
     async def wait(self) -> None:
         """Return when the watched file may have changed (or on a timeout)."""
 
+    def forget_pending(self) -> None:
+        """Drop the change events queued so far. Only for a writer that holds the log's
+        lock and has read the file to its end: every change they can stand for is read
+        (others wrote before the lock was granted) or its own (the append just made)."""
+
     def close(self) -> None:
         """Stop watching; idempotent."""
 
@@ -51,6 +56,9 @@ class PollWatcher:
 
     async def wait(self) -> None:
         await asyncio.sleep(self._interval)
+
+    def forget_pending(self) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -99,6 +107,17 @@ class InotifyWatcher:
         if raw is not None and self._worth_waking is not None and not self._worth_waking():
             return
         self._event.set()
+
+    def forget_pending(self) -> None:
+        """Read the queued events and drop them: a writer's own append then costs the
+        event loop no wake-up (nor a ``worth_waking`` check)."""
+        if self._fd < 0:
+            return
+        try:
+            while len(os.read(self._fd, _READ_BYTES)) == _READ_BYTES:
+                pass
+        except OSError:  # drained (EAGAIN), or gone: a wake-up stays a hint either way
+            pass
 
     async def wait(self) -> None:
         timer = self._loop.call_later(self._safety, self._event.set)

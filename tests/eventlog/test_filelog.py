@@ -205,6 +205,26 @@ async def test_inotify_wakes_only_for_the_watched_name(tmp_path: Path) -> None:
         watcher.close()
 
 
+async def test_own_appends_queue_no_wake_up_and_a_peers_append_still_wakes(
+    storage: Path, file_log: Opener
+) -> None:
+    """A writer drops the inotify events of its own append (under the lock, caught
+    up): no loop wake-up for them. Another writer's append still wakes it."""
+    if not watch.INOTIFY_AVAILABLE:
+        pytest.skip("no inotify here")
+    log, rec = await file_log()
+    watcher = log._watcher
+    assert isinstance(watcher, watch.InotifyWatcher)
+    for i in range(3):
+        await log.append(put(f"own{i}"))
+        with pytest.raises(BlockingIOError):  # nothing queued on the descriptor
+            os.read(watcher._fd, 1 << 16)
+    peer, _ = await file_log(follow=False)
+    await peer.append(put("peer"))
+    await rec.wait_for(lambda: any(r["k"] == "peer" for r in rec.records))
+    assert [r["k"] for r in rec.records] == ["own0", "own1", "own2", "peer"]
+
+
 async def test_processes_appending_at_once_never_collide(storage: Path, file_log: Opener) -> None:
     log, rec = await file_log()
 
