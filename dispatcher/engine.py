@@ -525,9 +525,10 @@ class Engine:
                 done.set_result(future.result())
 
         self.log.submit(under_lock, durable=durable).add_done_callback(settle)
-        if not (self._may_claim() and self.dispatcher.may_find(self.state)):
+        if not self._may_claim():
             self.dispatcher.nudge(self.state)
-        else:  # the freed slot's next attempt, claimed in the outcome's batch
+        elif self.dispatcher.may_find(self.state):  # (else a nudge would find nothing)
+            # the freed slot's next attempt, claimed in the outcome's batch
             claiming, reserved = self._claim_behind()
 
             def begin(_: object) -> None:
