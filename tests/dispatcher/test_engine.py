@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from enginekit import Harness, settle
@@ -21,6 +22,22 @@ def _enqueue(task_id: str, **fields: object) -> Enqueue:
 
 async def _noop(job: Job) -> None:
     return None
+
+
+async def _running_forever(
+    harness: Harness, task: Enqueue | None = None, **config: Any
+) -> tuple[Engine, asyncio.Event]:
+    """A new engine whose handler of ``t`` runs until the event returned is set, and
+    runs ``task`` (default: ``job``) now."""
+    never = asyncio.Event()
+
+    async def stuck(job: Job) -> None:
+        await never.wait()
+
+    engine = await harness.engine({"t": stuck}, **config)
+    await engine.enqueue(task or _enqueue("job"))
+    await settle(engine, lambda: bool(engine.runs))
+    return engine, never
 
 
 async def test_two_engines_run_every_task_exactly_once(harness: Harness) -> None:
@@ -64,14 +81,7 @@ async def test_rate_limited_task_wakes_exactly_when_a_slot_frees(harness: Harnes
 
 
 async def test_claims_of_a_dead_daemon_are_released_and_run_elsewhere(harness: Harness) -> None:
-    never = asyncio.Event()
-
-    async def stuck(job: Job) -> None:
-        await never.wait()
-
-    a = await harness.engine({"t": stuck})
-    await a.enqueue(_enqueue("job"))
-    await settle(a, lambda: bool(a.runs))
+    a, _ = await _running_forever(harness)
     b = await harness.engine({"t": _noop})
     harness.liveness.release("d0")  # d0 "dies"
     harness.clock.advance(1.0)  # b's housekeeping runs
@@ -84,14 +94,7 @@ async def test_claims_of_a_dead_daemon_are_released_and_run_elsewhere(harness: H
 async def test_a_daemon_taken_for_dead_claims_nothing_until_its_lock_is_its_own_again(
     harness: Harness,
 ) -> None:
-    never = asyncio.Event()
-
-    async def stuck(job: Job) -> None:
-        await never.wait()
-
-    a = await harness.engine({"t": stuck})
-    await a.enqueue(_enqueue("job"))
-    await settle(a, lambda: bool(a.runs))
+    a, never = await _running_forever(harness)
     b = await harness.engine({})  # runs nothing, only its housekeeping
     assert harness.liveness is not None
     harness.liveness.reachable.clear()  # d0's lock is lost and cannot be taken back yet
@@ -111,15 +114,8 @@ async def test_a_daemon_taken_for_dead_claims_nothing_until_its_lock_is_its_own_
 
 
 async def test_without_liveness_an_expired_lease_is_released(harness: Harness) -> None:
-    never = asyncio.Event()
-
-    async def stuck(job: Job) -> None:
-        await never.wait()
-
     harness.liveness = None  # e.g. a volume whose locks cannot tell who is alive
-    a = await harness.engine({"t": stuck}, lease_seconds=10.0)
-    await a.enqueue(_enqueue("job"))
-    await settle(a, lambda: bool(a.runs))
+    await _running_forever(harness, lease_seconds=10.0)
     b = await harness.engine({"t": _noop})
     harness.clock.advance(5.0)
     assert "job" in b.state.tasks and b.state.tasks["job"].claim is not None
@@ -129,14 +125,7 @@ async def test_without_liveness_an_expired_lease_is_released(harness: Harness) -
 
 
 async def test_a_live_owner_keeps_its_claim_past_its_lease(harness: Harness) -> None:
-    never = asyncio.Event()
-
-    async def stuck(job: Job) -> None:
-        await never.wait()
-
-    a = await harness.engine({"t": stuck}, lease_seconds=10.0)
-    await a.enqueue(_enqueue("job"))
-    await settle(a, lambda: bool(a.runs))
+    await _running_forever(harness, lease_seconds=10.0)
     b = await harness.engine({"t": _noop})
     rounds = b.housekeeping_rounds
     harness.clock.advance(30.0)
@@ -146,14 +135,8 @@ async def test_a_live_owner_keeps_its_claim_past_its_lease(harness: Harness) -> 
 
 
 async def test_timeout_fails_the_attempt_and_refuses_the_late_result(harness: Harness) -> None:
-    never = asyncio.Event()
-
-    async def stuck(job: Job) -> None:
-        await never.wait()
-
-    engine = await harness.engine({"t": stuck})
-    await engine.enqueue(_enqueue("slow", max_execution_seconds=5.0, max_retries=0))
-    await settle(engine, lambda: bool(engine.runs))
+    slow = _enqueue("slow", max_execution_seconds=5.0, max_retries=0)
+    engine, _ = await _running_forever(harness, slow)
     harness.clock.advance(5.5)
     assert "slow" in engine.runs  # within the grace
     harness.clock.advance(1.0)
