@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snerd.errors import LogError
-from snerd.eventlog import compaction, locking
+from snerd.eventlog import compaction, index, locking
 from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_chained, decode_complete, split_complete
@@ -135,10 +135,12 @@ class FileLog(BatchingLog):
             self._follower = asyncio.get_running_loop().create_task(self._follow())
 
     def _remove_stale_temps(self) -> None:
-        """Delete temp files of compactions that were killed before they finished."""
+        """Delete temp files of compactions and index writes killed before they finished."""
         pattern = self.layout.temp_path("*").name.replace(f".{os.getpid()}.", ".*.")
         for path in compaction.remove_stale_temps(self.layout.tasks_dir, pattern):
             log.warning("removed %s, left by a compaction that did not finish", path)
+        for path in compaction.remove_stale_temps(self.layout.tasks_dir, index.temp_name("*")):
+            log.warning("removed %s, left by an index write that did not finish", path)
 
     async def close(self) -> None:
         """Finish queued transactions, stop following, release locks and fds."""
@@ -182,12 +184,10 @@ class FileLog(BatchingLog):
     def history_about(self, ids: Collection[str]) -> Iterable[Record]:
         """The records the per-task index places for ``ids`` (extended or rebuilt
         first: ``tasks/tasks.idx``); the whole history if the index cannot be read."""
-        from snerd.eventlog.index import fresh_index, read_places
-
         try:
-            index = fresh_index(self.layout.storage)
-            places = sorted({p for task_id in ids for p in index.places_of(task_id)})
-            return [dict(record) for _, record in read_places(index.paths, places)]
+            found = index.fresh_index(self.layout.storage)
+            places = sorted({p for task_id in ids for p in found.places_of(task_id)})
+            return [dict(record) for _, record in index.read_places(found.paths, places)]
         except LogError:  # unreadable, or a file went away under it (a compaction)
             return list(self.history())
 

@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 
 from snerd.errors import LogError
+from snerd.eventlog import compaction
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.codec import decode_line
 from snerd.eventlog.layout import TASKS_DIR
@@ -63,6 +64,11 @@ def id_hash(task_id: str) -> int:
 
 def index_path(storage: Path) -> Path:
     return storage / TASKS_DIR / INDEX_NAME
+
+
+def temp_name(tag: str) -> str:
+    """The name of an index being written (``*`` as ``tag``: the pattern of all)."""
+    return f".{INDEX_NAME}.{tag}.tmp"
 
 
 @dataclass(slots=True)
@@ -187,9 +193,9 @@ def write_index(storage: Path, scanner: Scanner, builder: Builder) -> bool:
               "files": [asdict(m) for m in marks]}  # fmt: skip
     target = index_path(storage)
     # (per process and thread: a daemon's dashboard and result lookups may both write)
-    temp = target.with_name(f".{INDEX_NAME}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(temp, "wb") as f:
+    temp = target.with_name(temp_name(f"{os.getpid()}.{threading.get_ident()}"))
+    try:  # locked while written: a writer killed midway leaves a file nobody holds
+        with os.fdopen(compaction.open_temp(temp), "wb") as f:
             f.write(orjson.dumps(header) + b"\n")
             builder.keys.tofile(f)
             builder.places.tofile(f)

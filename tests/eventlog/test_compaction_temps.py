@@ -96,3 +96,31 @@ async def test_compaction_still_works_and_leaves_no_temp(tmp_path: Path) -> None
     assert temps(storage) == []
     lines = (storage / "tasks" / "tasks.log").read_bytes().splitlines()
     assert b'"snapshot"' in lines[0] and b'"c"' in lines[-1]
+
+
+async def test_a_killed_index_writes_temp_file_is_removed_at_open(tmp_path: Path) -> None:
+    """The per-task index is written to a temp file locked while written, too."""
+    storage = tmp_path / "s"
+    resolve(storage).ensure()
+    code = """
+        import os, sys, time
+        from pathlib import Path
+        from snerd.eventlog import compaction, index
+        tasks = Path(sys.argv[1]) / "tasks"
+        fd = compaction.open_temp(tasks / index.temp_name("4242.1"))
+        os.write(fd, b'{"snerdIndex":1')
+        print("ready", flush=True)
+        time.sleep(60)
+    """
+    proc = await asyncio.create_subprocess_exec(
+        *child_argv(code, str(storage)), env=child_env(), stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+    index_temps = lambda: sorted(p.name for p in (storage / "tasks").glob(".tasks.idx.*.tmp"))  # noqa: E731
+    await open_and_close(storage)
+    assert index_temps() == [".tasks.idx.4242.1.tmp"], "a live index write's temp was removed"
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    await open_and_close(storage)
+    assert index_temps() == []
