@@ -43,6 +43,7 @@ from snerd.eventlog.base import (
     StorageUnavailable,
 )
 from snerd.eventlog.chain import FIELD as CHAIN_FIELD
+from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
 from snerd.eventlog.codec import FORMAT, FORMAT_FIELD, MAX_SEQ, Decoded, encode_body, max_seq
 from snerd.eventlog.history import SNAPSHOT_EVENT
@@ -90,6 +91,11 @@ class BatchingLog(EventLog):
         self.chain = Chain(key_from_env() if chain_key is None else chain_key)
         """Seals every line written with its checksum (``eventlog/chain.py``)."""
         self._chain_head = GENESIS  # the checksum of the last chained line read or written
+        # A compacted log's snapshot block (its header and the records it restates):
+        # the records of it not read yet, and the archived head the lines after it
+        # continue from (chain.py; ``chainFrom``).
+        self._block_left = 0
+        self._block_origin: bytes | None = None
         self._listener: LogListener | None = None
         self._queue: list[_Request] = []
         self._writer: asyncio.Task[None] | None = None
@@ -327,8 +333,16 @@ class BatchingLog(EventLog):
 
     def _deliver_decoded(self, decoded: Decoded) -> int:
         """Deliver decoded lines in log order, in slices of DELIVERY_BATCH; return records."""
-        self._note_chain(decoded.chain)
         records = decoded.records
+        if records and records[0].get("event") == SNAPSHOT_EVENT:  # a compacted log's start
+            self._enter_block(records[0])
+        self._note_chain(decoded.chain)
+        if self._block_left:
+            if 0 <= decoded.chain_at < self._block_left and self._block_origin is not None:
+                # the last chained line read is the header or a restated record: a line
+                # appended next goes on from the archived head, as the tail does
+                self._chain_head = self._block_origin
+            self._block_left = max(0, self._block_left - len(records))
         start = 0
         for before, skipped in decoded.skipped:
             self._deliver_slices(records, start, before)
@@ -336,6 +350,12 @@ class BatchingLog(EventLog):
             self._report(skipped)
         self._deliver_slices(records, start, len(records))
         return len(records)
+
+    def _enter_block(self, header: Record) -> None:
+        """A snapshot header was read: its block is itself and its ``records``."""
+        count = header.get("records")
+        self._block_left = 1 + (count if type(count) is int and count > 0 else 0)
+        self._block_origin = parse_value(header.get(CHAIN_FROM))
 
     def _deliver_slices(self, records: list[Record], start: int, stop: int) -> None:
         if start == 0 and stop == len(records) and stop <= DELIVERY_BATCH:
@@ -357,6 +377,7 @@ class BatchingLog(EventLog):
         self._records = 0
         self._skipped = 0
         self._chain_head = GENESIS
+        self._block_left = 0
         if self._last_seq > 0:
             self._resume = _Resume(self._last_seq)
         else:
@@ -411,6 +432,7 @@ class BatchingLog(EventLog):
         self._records = 0
         self._skipped = 0
         self._chain_head = GENESIS
+        self._block_left = 0
         self._resume = None
         self._notify("on_reset")
 

@@ -86,6 +86,8 @@ class Decoded:
     skipped: list[tuple[int, SkippedLine]] = field(default_factory=list)
     chain: str | None = None
     """The ``chain`` value of the last record that had one (the chain head)."""
+    chain_at: int = -1
+    """The index in :attr:`records` of that record (-1: none had one)."""
 
 
 def decode_line(line: bytes, offset: int, *, torn: bool = False) -> Record | SkippedLine:
@@ -132,7 +134,8 @@ def decode_complete(data: bytes, offset: int) -> Decoded:
     except orjson.JSONDecodeError:
         return _decode_slow(lines, offset)
     chain = None
-    for v in values:
+    chain_at = -1
+    for i, v in enumerate(values):
         if type(v) is not dict:
             return _decode_slow(lines, offset)
         s = v.get("seq")
@@ -140,10 +143,12 @@ def decode_complete(data: bytes, offset: int) -> Decoded:
             return _decode_slow(lines, offset)
         c = v.pop(CHAIN_FIELD, None)
         if c is not None:
-            chain = c
+            chain, chain_at = c, i
         if FORMAT_FIELD in v:
             check_format(v)
-    return Decoded(values, chain=chain if type(chain) is str else None)
+    if type(chain) is not str:
+        return Decoded(values)
+    return Decoded(values, chain=chain, chain_at=chain_at)
 
 
 def _decode_slow(lines: Sequence[bytes], offset: int) -> Decoded:
@@ -157,7 +162,7 @@ def _decode_slow(lines: Sequence[bytes], offset: int) -> Decoded:
             else:
                 out.records.append(item)
                 if chain is not None:
-                    out.chain = chain
+                    out.chain, out.chain_at = chain, len(out.records) - 1
         pos += len(line) + 1
     return out
 

@@ -76,6 +76,15 @@ def open_history(storage: Storage) -> Iterator[Record | SkippedLine]:
     return iter_history(storage)
 
 
+def chain_logs(url: str) -> list[tuple[str, list[tuple[int, bytes]]]]:
+    """A PostgreSQL queue's logs as ``chain.verify_logs`` reads them (a storage dir's
+    are its files: ``chain.verify``)."""
+    _postgres()
+    from snerd.eventlog.postgres.history import raw_logs
+
+    return raw_logs(url)
+
+
 def open_live(storage: Storage) -> Iterator[Record | SkippedLine]:
     """The live log of ``storage`` (no archives), as ``read_records`` reads a dir."""
     url = _url(storage)

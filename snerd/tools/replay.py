@@ -28,6 +28,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from snerd.errors import LogError
 from snerd.eventlog.base import SkippedLine
 from snerd.eventlog.chain import Break, ChainReport, verify_plain_aside
 from snerd.projections.census import Tally
@@ -279,10 +280,17 @@ def verify_chain(
 ) -> ChainReport:
     """Check the checksum chain of every file: the report of ``plain`` (the fast check,
     started aside before the replay) when it vouches for the chain, else the full
-    check, which names every break."""
-    from snerd.eventlog.chain import verify, verify_plain
+    check, which names every break. A PostgreSQL queue's rows (its archives, then its
+    live log) take the full check."""
+    from snerd.eventlog.chain import verify, verify_logs, verify_plain
+    from snerd.eventlog.storage import chain_logs
 
     key = chain_key()
+    if isinstance(source.path, str):
+        try:
+            return verify_logs(chain_logs(source.path), key)
+        except LogError as exc:
+            raise UsageProblem(str(exc)) from None
     report = plain() if plain is not None else verify_plain(source.files, key)
     return report or verify(source.files, key)
 
@@ -369,7 +377,11 @@ def replay(
         kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
-    chained = verify_chain(source, plain) if verify and source.files else None
+    try:
+        chained = verify_chain(source, plain) if verify else None
+    except UsageProblem as exc:
+        kit.fail(str(exc), code=2)
+        return
     if chained is not None:
         problems.extend(chain_rows(chained))
     if as_json:

@@ -95,6 +95,53 @@ async def test_the_compacted_log_continues_the_archives_chain(storage: Path) -> 
     assert header["chainFrom"] in archived  # the archived log's head at the point
 
 
+@pytest.mark.parametrize("following", [False, True], ids=["new-process", "follower"])
+async def test_a_writer_after_a_compaction_elsewhere_continues_the_chain(
+    tmp_path: Path, following: bool
+) -> None:
+    """Whoever appends right after a compaction with no tail (a process started
+    later, or one that kept up and resumes) links its line to the archived head, as
+    the compacting writer would: no false break."""
+    path = tmp_path / "s"
+    compactor, rec = FileLog(path, fsync=False, follow=False), Recorder()
+    await compactor.open(rec)
+    for i in range(6):
+        await compactor.append([{"event": "put", "k": f"k{i % 2}", "taskId": f"t{i}", "n": i}])
+    other = FileLog(path, fsync=False, follow=False)
+    if following:
+        await other.open(Recorder())
+    await compactor.compact(rec.snapshot())
+    await compactor.close()
+    if not following:
+        await other.open(Recorder())
+    await other.append([{"event": "put", "k": "k9", "taskId": "t9", "n": 9}])
+    await other.close()
+    assert breaks(path) == []
+    assert len(history_files(path)) == 2
+
+
+async def test_a_line_an_older_writer_linked_to_the_snapshot_block_is_accepted(
+    tmp_path: Path,
+) -> None:
+    """Before the fix above, such a writer linked to the block's last line: an unbroken
+    chain as well, so verify accepts it (and only it) for the first line after the block."""
+    path = tmp_path / "s"
+    log, rec = FileLog(path, fsync=False, follow=False), Recorder()
+    await log.open(rec)
+    for i in range(4):
+        await log.append([{"event": "put", "k": f"k{i % 2}", "taskId": f"t{i}", "n": i}])
+    await log.compact(rec.snapshot())
+    await log.close()
+    lines = lines_of(live(path))
+    split = split_line(lines[-1].rstrip(b"\n"))
+    assert split is not None
+    body = orjson.dumps({"event": "put", "k": "k9", "taskId": "t9", "n": 9, "seq": 99})
+    for prev, accepted in ((split[2], True), (GENESIS, False)):
+        _, line = Chain().seal(prev, body)
+        live(path).write_bytes(b"".join(lines) + line)
+        assert (breaks(path) == []) is accepted, prev
+
+
 def tamper(storage: Path, tmp_path: Path, edit: Any) -> Path:
     copy = tmp_path / f"copy-{len(list(tmp_path.iterdir()))}"
     shutil.copytree(storage, copy)

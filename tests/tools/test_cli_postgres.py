@@ -139,3 +139,28 @@ def test_the_plain_replay_summary_reads_a_url(cli: CliRunner, store: str) -> Non
     assert re.search(r"Replayed [1-9]\d* events", shown), shown
     for state, n in full["counts"].items():
         assert re.search(rf"{state.replace('_', ' ')}\s*│\s*{n}\b", shown), (state, shown)
+
+
+def test_verify_checks_the_chain_through_archive_and_live_rows(cli: CliRunner, store: str) -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    import psycopg
+
+    assert _json(cli, compact, [store])["compacted"] is True  # an archive, then the live log
+    _invoke(cli, enqueue, ["email", '{"to": "a@b.c"}', "--id", "e-1", "-s", store])
+    clean = _json(cli, replay, [store, "--verify"])
+    assert clean["problems"] == []
+    assert clean["chain"]["chained"] > 0 and clean["chain"]["breaks"] == [], clean["chain"]
+    queue = parse_qs(urlsplit(store).query)["queue"][0]
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as admin:
+        pos, line = admin.execute(
+            "SELECT pos, line FROM snerd.log WHERE queue = %s AND position('e-1' in"
+            " convert_from(line, 'UTF8')) > 0 ORDER BY pos DESC LIMIT 1", (queue,)
+        ).fetchone() or (None, b"")
+        assert pos is not None
+        edited = bytes(line).replace(b"a@b.c", b"x@b.c")  # an edit that keeps the JSON
+        admin.execute("UPDATE snerd.log SET line = %s WHERE queue = %s AND pos = %s",
+                      (edited, queue, pos))  # fmt: skip
+    output = _invoke(cli, replay, [store, "--verify", "--json"], code=1)
+    problems = json.loads(output)["problems"]
+    assert any("checksum chain broken (altered)" in p["problem"] for p in problems), problems
