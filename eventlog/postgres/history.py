@@ -57,24 +57,10 @@ def raw_logs(url: str) -> list[tuple[str, list[tuple[int, bytes]]]]:
         with connect_sync(target) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             names = [r[0] for r in conn.execute(_ARCHIVES, (target.queue,))]
-            logs = [(name, lines_of(_bytes(conn, _ARCHIVE, (target.queue, name))))
-                    for name in names]  # fmt: skip
-            logs.append(("live", lines_of(_bytes(conn, _LIVE, (target.queue,)))))
-            return logs
+            return [(name or "live", lines_of(b"".join(raw_lines(conn, target.queue, name))))
+                    for name in [*names, None]]  # fmt: skip
     except psycopg.Error as exc:
         raise unavailable(target, exc) from exc
-
-
-def _bytes(conn: psycopg.Connection[Any], query: str, args: tuple[Any, ...]) -> bytes:
-    """One log's rows as the bytes of a file holding the same lines."""
-    chunks: list[bytes] = []
-    pos = 0
-    while True:
-        rows = conn.cursor(binary=True).execute(query, (*args, pos)).fetchall()
-        chunks.extend(bytes(r[1]) for r in rows)
-        if len(rows) < CHUNK:
-            return b"".join(chunks)
-        pos = int(rows[-1][0])
 
 
 def live_records(url: str) -> Iterator[Item]:

@@ -22,6 +22,17 @@ def temps(storage: Path) -> list[str]:
     return sorted(p.name for p in (storage / "tasks").glob(".tasks.log.*.tmp"))
 
 
+async def holding(code: str, *args: str) -> asyncio.subprocess.Process:
+    """A child process running ``code`` (which prints ``ready`` once it holds its temp
+    file locked, then sleeps), once it is ready."""
+    proc = await asyncio.create_subprocess_exec(
+        *child_argv(code, *args), env=child_env(), stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+    return proc
+
+
 async def open_and_close(storage: Path) -> Recorder:
     log = FileLog(storage, fsync=False, follow=False)
     rec = Recorder()
@@ -45,11 +56,7 @@ async def test_a_killed_compactions_temp_file_is_removed_at_open(tmp_path: Path)
         print("ready", flush=True)
         time.sleep(60)
     """
-    proc = await asyncio.create_subprocess_exec(
-        *child_argv(code, str(tmp)), env=child_env(), stdout=asyncio.subprocess.PIPE
-    )
-    assert proc.stdout is not None
-    assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+    proc = await holding(code, str(tmp))
     await open_and_close(storage)
     assert temps(storage) == [tmp.name], "a live compaction's temp file was removed"
     proc.send_signal(signal.SIGKILL)
@@ -112,11 +119,7 @@ async def test_a_killed_index_writes_temp_file_is_removed_at_open(tmp_path: Path
         print("ready", flush=True)
         time.sleep(60)
     """
-    proc = await asyncio.create_subprocess_exec(
-        *child_argv(code, str(storage)), env=child_env(), stdout=asyncio.subprocess.PIPE
-    )
-    assert proc.stdout is not None
-    assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"ready\n"
+    proc = await holding(code, str(storage))
     index_temps = lambda: sorted(p.name for p in (storage / "tasks").glob(".tasks.idx.*.tmp"))  # noqa: E731
     await open_and_close(storage)
     assert index_temps() == [".tasks.idx.4242.1.tmp"], "a live index write's temp was removed"
