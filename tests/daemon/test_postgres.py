@@ -170,11 +170,57 @@ async def test_connections_cut_under_load_lose_no_acked_enqueue(spawn: Any, queu
     assert set(acked) <= enqueued
 
 
+def liveness_session(app: str) -> int | None:
+    """The backend holding the liveness lock of the daemon named ``app``, if any."""
+    import psycopg
+
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as admin:
+        (pid,) = admin.execute(
+            "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = %s",
+            (app,),
+        ).fetchone() or (None,)
+    return pid if isinstance(pid, int) else None
+
+
+def cut_liveness(app: str) -> None:
+    """End the session that holds the liveness lock of the daemon named ``app``."""
+    import psycopg
+
+    pid = liveness_session(app)
+    assert pid is not None
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+async def test_a_daemon_taken_for_dead_claims_again_only_once_its_lock_is_back(
+    spawn: Any, queue: str
+) -> None:
+    """Its attempt released as a dead owner's, a daemon with a free worker claims the
+    task again only after taking its liveness lock back: the claim is not released a
+    second time (before, it was: the daemon claimed while its lock was still free)."""
+    app = f"back-{queue}"
+    cut_off = await spawn(storage=url_of(queue, app), clock=False, register=("t",),
+                          workers=2, env=FAST_HOUSEKEEPING)  # fmt: skip
+    await cut_off.ack("job", max_retries=3)
+    await cut_off.expect("execute", task_id="job", attempt=1)
+    keeper = await spawn(storage=url_of(queue), clock=False, register=("other",),
+                         env=FAST_HOUSEKEEPING)  # only its housekeeping acts  # fmt: skip
+    await keeper.quiet("execute", task_id="job")
+    cut_liveness(app)
+    execute = await cut_off.expect("execute", task_id="job", timeout=10)
+    assert execute["attempt"] == 2
+    # claimed only once its lock was back (the keeper alone takes it back a second or so
+    # after the cut; the claim came within a housekeeping round or two)
+    assert liveness_session(app) is not None
+    await cut_off.result("job")
+    await wait_until(lambda: bool(events_of(queue, "job", "succeeded")), 10, "the success")
+    assert [r["reason"] for r in events_of(queue, "job", "claim_released")] == ["owner_died"]
+
+
 async def test_a_daemon_cut_off_counts_as_dead_and_its_late_result_is_refused(
     spawn: Any, queue: str
 ) -> None:
-    import psycopg
-
     app = f"cut-{queue}"
     # one worker, busy with attempt 1 to the end: attempt 2 can only run on the other
     # daemon (a daemon back from a cut may claim released work like any other)
@@ -185,13 +231,7 @@ async def test_a_daemon_cut_off_counts_as_dead_and_its_late_result_is_refused(
     other = await spawn(storage=url_of(queue), clock=False, register=("t",),
                         env=FAST_HOUSEKEEPING)  # fmt: skip
     await other.quiet("execute", task_id="job")
-    with psycopg.connect(pgkit.PG_URL, autocommit=True) as admin:
-        (pid,) = admin.execute(  # the session holding cut_off's liveness lock
-            "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-            " WHERE l.locktype = 'advisory' AND a.application_name = %s", (app,)
-        ).fetchone() or (None,)
-        assert pid is not None
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    cut_liveness(app)
     # its keeper reconnects after a second or more; the other daemon's housekeeping
     # (every 0.1 s) sees the lock free first and re-runs the attempt
     execute = await other.expect("execute", task_id="job", timeout=10)
