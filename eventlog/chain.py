@@ -238,6 +238,7 @@ def verify_logs(logs: Iterable[tuple[str, Lines]], key: bytes | None = None, *,
     seen_keyed = False
     started = False
     previous_file: list[_Entry] = []
+    previous_start = GENESIS  # the head the previous file started from
 
     def add(entry: _Entry, kind: str, message: str) -> None:
         if len(report.breaks) < limit:
@@ -256,7 +257,11 @@ def verify_logs(logs: Iterable[tuple[str, Lines]], key: bytes | None = None, *,
             origin = parse_value(header.get(FROM_FIELD))
             if origin is not None:
                 prev = origin
-                if previous_file and not any(e.claimed == origin for e in previous_file):
+                # a head the chain passed through in the archive: one of its lines, or
+                # the head it started from (a point before its first chained line, or
+                # compacted again with nothing written after its own snapshot)
+                if (previous_file and origin != previous_start
+                        and not any(e.claimed == origin for e in previous_file)):  # fmt: skip
                     add(mine[0], "origin", f"{name} says its chain continues from"
                         f" {origin.hex()}, which no line of the archive before it carries"
                         " (the archive was edited, or a file is missing)")  # fmt: skip
@@ -297,7 +302,7 @@ def verify_logs(logs: Iterable[tuple[str, Lines]], key: bytes | None = None, *,
                 add(e, kind, message)
             prev, prev_entry = e.claimed, e
             block_last = None
-        previous_file = mine
+        previous_file, previous_start = mine, origin if origin is not None else GENESIS
         if prev_entry is not None:
             report.head = prev_entry.tag.decode() + prev.hex()
     if report.unverifiable:

@@ -86,6 +86,11 @@ class Backend:
         """Append raw complete lines, bypassing the log."""
         raise NotImplementedError
 
+    def chain_breaks(self) -> list[Any] | None:
+        """What ``replay --verify`` finds wrong with the checksum chain of everything
+        written (archives, then the live log); None where lines are not kept as bytes."""
+        return None
+
 
 class MemoryBackend(Backend):
     name = "memory"
@@ -110,6 +115,12 @@ class FileBackend(Backend):
     def new(self, **kwargs: Any) -> EventLog:
         kwargs.setdefault("fsync", False)
         return FileLog(self.storage, **kwargs)
+
+    def chain_breaks(self) -> list[Any] | None:
+        from snerd.eventlog.chain import verify
+        from snerd.eventlog.history import history_files
+
+        return verify(history_files(self.storage)).breaks
 
     def inject(self, raw: bytes) -> None:
         path = self.storage / "tasks" / "tasks.log"
@@ -139,6 +150,12 @@ class PostgresBackend(Backend):
         import pgkit
 
         pgkit.inject(self.queue, raw)
+
+    def chain_breaks(self) -> list[Any] | None:
+        from snerd.eventlog.chain import verify_logs
+        from snerd.eventlog.storage import chain_logs
+
+        return verify_logs(chain_logs(self.url)).breaks
 
     def drop(self) -> None:
         import pgkit

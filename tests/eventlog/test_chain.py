@@ -142,6 +142,28 @@ async def test_a_line_an_older_writer_linked_to_the_snapshot_block_is_accepted(
         assert (breaks(path) == []) is accepted, prev
 
 
+async def test_a_compaction_at_the_archives_start_or_right_after_another_is_no_break(
+    tmp_path: Path,
+) -> None:
+    """A compaction's ``chainFrom`` may be the head its archive started from: a writer
+    that had read nothing compacts behind one that appended (found by the stateful
+    tests), or a log is compacted twice with nothing written in between."""
+    path = tmp_path / "s"
+    ahead, behind, rec = FileLog(path, fsync=False, follow=False), FileLog(
+        path, fsync=False, follow=False), Recorder()  # fmt: skip
+    await ahead.open(Recorder())
+    await behind.open(rec)
+    await ahead.append([{"event": "put", "k": "a", "taskId": "t1", "n": 1}])
+    await behind.compact(rec.snapshot())  # its point: before the archive's first line
+    assert breaks(path) == []
+    await behind.compact(rec.snapshot())  # nothing written since its own snapshot
+    assert breaks(path) == [] and len(history_files(path)) == 3
+    await ahead.append([{"event": "put", "k": "b", "taskId": "t2", "n": 2}])
+    await ahead.close()
+    await behind.close()
+    assert breaks(path) == []
+
+
 def tamper(storage: Path, tmp_path: Path, edit: Any) -> Path:
     copy = tmp_path / f"copy-{len(list(tmp_path.iterdir()))}"
     shutil.copytree(storage, copy)

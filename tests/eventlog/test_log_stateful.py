@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from hypothesis_budget import examples
-from logkit import Backend, MemoryBackend, PostgresBackend, Recorder
+from logkit import Backend, FileBackend, MemoryBackend, PostgresBackend, Recorder
 
 from snerd.eventlog.base import EventLog, Record
 from snerd.eventlog.filelog import FileLog
@@ -160,7 +160,10 @@ class LogMachine(RuleBasedStateMachine):
         self._run(self.log.close())
         self._run(self.reader.close())
         self.loop.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:  # crashes leave damaged lines, never a broken link
+            assert FileBackend(self.dir).chain_breaks() == []
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 LogMachine.TestCase.settings = settings(
@@ -254,6 +257,8 @@ class AgreementMachine(RuleBasedStateMachine):
         try:
             for log, rec_ in [*self.logs, (fresh, rec)]:
                 self._check(log, rec_)
+            # whoever wrote, compacted or reopened, the chain runs unbroken
+            assert self.backend.chain_breaks() in (None, [])
         finally:
             for log, _ in [*self.logs, self.reader, (fresh, rec)]:
                 self._run(log.close())
@@ -268,6 +273,18 @@ class MemoryAgreement(AgreementMachine):
         return MemoryBackend()
 
 
+class FileAgreement(AgreementMachine):
+    def make_backend(self) -> Backend:
+        self.dir = Path(tempfile.mkdtemp(prefix="snerd-agree-"))
+        return FileBackend(self.dir)
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class PostgresAgreement(AgreementMachine):
     def make_backend(self) -> Backend:
         return PostgresBackend()
@@ -280,8 +297,10 @@ _AGREEMENT = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 MemoryAgreement.TestCase.settings = _AGREEMENT
+FileAgreement.TestCase.settings = _AGREEMENT
 PostgresAgreement.TestCase.settings = _AGREEMENT
 TestMemoryAgreement = MemoryAgreement.TestCase
+TestFileAgreement = FileAgreement.TestCase
 
 
 class TestPostgresAgreement(PostgresAgreement.TestCase):  # type: ignore[misc,valid-type]
