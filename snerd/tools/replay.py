@@ -313,6 +313,7 @@ def chain_summary(report: ChainReport | None) -> dict[str, Any] | None:
         "chained": report.chained,
         "unchained": report.unchained,
         "unverifiable": report.unverifiable,
+        "older_links": report.older_links,
         "head": report.head,
         "breaks": [_break(b) for b in report.breaks],
     }

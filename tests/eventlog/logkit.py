@@ -120,7 +120,8 @@ class FileBackend(Backend):
         from snerd.eventlog.chain import verify
         from snerd.eventlog.history import history_files
 
-        return verify(history_files(self.storage)).breaks
+        report = verify(history_files(self.storage))
+        return [*report.breaks, *(["an older writer's link"] * report.older_links)]
 
     def inject(self, raw: bytes) -> None:
         path = self.storage / "tasks" / "tasks.log"
@@ -155,7 +156,8 @@ class PostgresBackend(Backend):
         from snerd.eventlog.chain import verify_logs
         from snerd.eventlog.storage import chain_logs
 
-        return verify_logs(chain_logs(self.url)).breaks
+        report = verify_logs(chain_logs(self.url))
+        return [*report.breaks, *(["an older writer's link"] * report.older_links)]
 
     def drop(self) -> None:
         import pgkit

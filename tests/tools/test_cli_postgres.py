@@ -151,6 +151,7 @@ def test_verify_checks_the_chain_through_archive_and_live_rows(cli: CliRunner, s
     clean = _json(cli, replay, [store, "--verify"])
     assert clean["problems"] == []
     assert clean["chain"]["chained"] > 0 and clean["chain"]["breaks"] == [], clean["chain"]
+    assert clean["chain"]["older_links"] == 0  # the CLI's append went on from chainFrom
     queue = parse_qs(urlsplit(store).query)["queue"][0]
     with psycopg.connect(pgkit.PG_URL, autocommit=True) as admin:
         pos, line = admin.execute(
