@@ -608,9 +608,12 @@ class PostgresLog(BatchingLog):
         if self.degraded or self._fault is not None:
             log.info("compaction skipped while recovering from: %s", self._fault)
             return
+        # Delivered but not read back: the lines staged, and those of a batch whose
+        # COMMIT is on its way (``_doubt``; its records and chain already count).
+        ahead = [*(self._doubt.lines if self._doubt is not None else ()), *self._staged]
         point = _Point(
-            self._pos + len(self._staged),
-            self._byte_pos + sum(map(len, self._staged)),
+            self._pos + len(ahead),
+            self._byte_pos + sum(map(len, ahead)),
             self._last_seq, self._epoch, self._records, self._skipped,
             self._chain_head,
         )  # fmt: skip

@@ -241,10 +241,13 @@ async def test_daemons_compacting_often_leave_a_log_replay_verify_finds_sound(
     for wire in wires:
         wire.client.register("t", handle)
     n = 150
+    archives = 0
     for i in range(n):  # in turns, so each daemon appends between the others' compactions
+        if i % 25 == 0:
+            archives = len(history_files(storage))
         await wires[i % 3].client.enqueue(f"task-{i}", "t", {"n": i})
-        if i % 25 == 24:  # let the log settle and be compacted, then go on
-            sent, archives = i + 1, len(history_files(storage))
+        if i % 25 == 24:  # 25 tasks are ~25 KB: a compaction during or after them
+            sent = i + 1
             await wait_until(lambda s=sent: len(done) == s, 30, f"{sent} executions")
             await wait_until(lambda a=archives: len(history_files(storage)) > a, 30,
                              "a compaction")  # fmt: skip

@@ -89,6 +89,50 @@ async def test_three_daemons_on_one_url_run_every_task_once_and_share_the_work(
     assert not list((tmp_path / "d0").iterdir())  # no storage dir was made anywhere
 
 
+async def test_daemons_compacting_often_on_a_url_leave_a_sound_history(
+    spawn: Any, queue: str
+) -> None:
+    """Three daemons on one URL compacting whenever the live log passes 4 KB: followers
+    resume after the others' compactions (lines from notifications included), append
+    after snapshots with no tail, and ``replay --verify`` finds the whole history sound."""
+    import json
+
+    from click.testing import CliRunner
+
+    from snerd.eventlog.postgres.history import describe
+    from snerd.tools.replay import replay
+
+    env = {**FAST_HOUSEKEEPING, "SNERD_COMPACT_BYTES": "4096"}
+    wires = [await spawn(storage=url_of(queue), clock=False, env=env) for _ in range(3)]
+    done: set[str] = set()
+
+    async def handle(task_id: str, data: Any) -> None:
+        done.add(task_id)
+
+    for wire in wires:
+        wire.client.register("t", handle)
+    n = 150
+    archives = 0
+    for i in range(n):  # in turns, so each daemon appends between the others' compactions
+        if i % 25 == 0:
+            archives = describe(url_of(queue))[2]
+        await wires[i % 3].client.enqueue(f"task-{i}", "t", {"n": i})
+        if i % 25 == 24:  # 25 tasks are ~25 KB: a compaction during or after them
+            sent = i + 1
+            await wait_until(lambda s=sent: len(done) == s, 30, f"{sent} executions")
+            await wait_until(lambda a=archives: describe(url_of(queue))[2] > a, 30,
+                             "a compaction")  # fmt: skip
+    await wait_until(lambda: len(done) == n, 30, f"{n} executions")
+    for wire in wires:
+        await wire.client.close_stdin()
+        assert await wire.client.wait(timeout=15) == 0
+    result = CliRunner().invoke(replay, [url_of(queue), "--verify", "--json"])
+    report = json.loads(result.output)
+    assert report["chain"]["breaks"] == [] and report["problems"] == [], report["problems"]
+    assert report["chain"]["older_links"] == 0 and report["chain"]["chained"] > 0
+    assert result.exit_code == 0
+
+
 async def test_a_daemon_killed_mid_task_has_its_work_finished_by_another(
     spawn: Any, queue: str
 ) -> None:

@@ -469,3 +469,42 @@ async def test_a_follower_takes_a_peers_small_batches_from_their_notifications(
     assert [r["k"] for r in rec.records] == [
         "first", "small0", "more0", "small1", "more1", "small2", "more2", "big"]
     assert [r["seq"] for r in rec.records] == list(range(1, 9))
+
+
+async def test_a_compaction_begun_while_a_batch_commits_counts_the_batchs_lines(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's records are delivered (and its chain moved) before its COMMIT's
+    round trip; a compaction that takes its point meanwhile must count the batch's
+    lines too, or the tail it copies repeats them (found by three daemons compacting
+    every 4 KB: a duplicate line, and a chain break at it)."""
+    from snerd.eventlog.chain import verify_logs
+    from snerd.eventlog.postgres import sql
+    from snerd.eventlog.postgres.history import iter_pg_history
+    from snerd.eventlog.postgres.wire import Wire
+    from snerd.eventlog.storage import chain_logs
+
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("a", "b"))
+    committing, go = asyncio.Event(), asyncio.Event()
+    real = Wire.round_trip
+
+    async def held(self: Wire, steps: Any, *, end: bool, ahead: Any = ()) -> Any:
+        if any(step[0] == sql.APPEND for step in steps) and not go.is_set():
+            committing.set()
+            await go.wait()
+        return await real(self, steps, end=end, ahead=ahead)
+
+    monkeypatch.setattr(Wire, "round_trip", held)
+    appending = asyncio.ensure_future(log.append(recs("c")))
+    await committing.wait()  # "c" is delivered, its COMMIT not sent yet
+    compacting = asyncio.ensure_future(log.compact(rec.snapshot()))
+    await asyncio.sleep(0)  # one loop turn: the compaction takes its point
+    go.set()
+    await appending
+    await compacting
+    await log.append(recs("d"))
+    puts = [r["k"] for r in iter_pg_history(backend.url) if r.get("event") == "put"]
+    assert puts == ["a", "b", "c", "d"]  # each once: no line repeated by the tail copy
+    report = verify_logs(chain_logs(backend.url))
+    assert report.breaks == [] and report.older_links == 0
