@@ -44,6 +44,21 @@ def events_of(queue: str, task_id: str, event: str) -> list[dict[str, Any]]:
             if r.get("taskId", r.get("task")) == task_id and r.get("event") == event]
 
 
+def assert_sound_history(url: str) -> None:
+    """``snerdmq replay --verify`` finds nothing wrong: checksum chain and audit."""
+    import json
+
+    from click.testing import CliRunner
+
+    from snerd.tools.replay import replay
+
+    result = CliRunner().invoke(replay, [url, "--verify", "--json"])
+    report = json.loads(result.output)
+    assert report["chain"]["breaks"] == [] and report["problems"] == [], report["problems"]
+    assert report["chain"]["older_links"] == 0 and report["chain"]["chained"] > 0
+    assert result.exit_code == 0
+
+
 async def wait_until(condition: Any, timeout: float, what: str) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -95,12 +110,7 @@ async def test_daemons_compacting_often_on_a_url_leave_a_sound_history(
     """Three daemons on one URL compacting whenever the live log passes 4 KB: followers
     resume after the others' compactions (lines from notifications included), append
     after snapshots with no tail, and ``replay --verify`` finds the whole history sound."""
-    import json
-
-    from click.testing import CliRunner
-
     from snerd.eventlog.postgres.history import describe
-    from snerd.tools.replay import replay
 
     env = {**FAST_HOUSEKEEPING, "SNERD_COMPACT_BYTES": "4096"}
     wires = [await spawn(storage=url_of(queue), clock=False, env=env) for _ in range(3)]
@@ -126,11 +136,7 @@ async def test_daemons_compacting_often_on_a_url_leave_a_sound_history(
     for wire in wires:
         await wire.client.close_stdin()
         assert await wire.client.wait(timeout=15) == 0
-    result = CliRunner().invoke(replay, [url_of(queue), "--verify", "--json"])
-    report = json.loads(result.output)
-    assert report["chain"]["breaks"] == [] and report["problems"] == [], report["problems"]
-    assert report["chain"]["older_links"] == 0 and report["chain"]["chained"] > 0
-    assert result.exit_code == 0
+    assert_sound_history(url_of(queue))
 
 
 async def test_a_daemon_killed_mid_task_has_its_work_finished_by_another(
@@ -152,6 +158,7 @@ async def test_a_daemon_killed_mid_task_has_its_work_finished_by_another(
     await survivor.result("held")
     await wait_until(lambda: bool(events_of(queue, "held", "succeeded")), 10, "the success")
     assert not events_of(queue, "held", "dead_lettered")  # a crash is not a failure
+    assert_sound_history(url)
 
 
 async def test_connections_cut_under_load_lose_no_acked_enqueue(spawn: Any, queue: str) -> None:
@@ -212,6 +219,7 @@ async def test_connections_cut_under_load_lose_no_acked_enqueue(spawn: Any, queu
     assert victim.client.returncode is None  # the daemon survived
     enqueued = {r["taskId"] for r in history(queue) if r.get("event") == "enqueued"}
     assert set(acked) <= enqueued
+    assert_sound_history(url_of(queue))
 
 
 def liveness_session(app: str) -> int | None:
@@ -260,6 +268,7 @@ async def test_a_daemon_taken_for_dead_claims_again_only_once_its_lock_is_back(
     await cut_off.result("job")
     await wait_until(lambda: bool(events_of(queue, "job", "succeeded")), 10, "the success")
     assert [r["reason"] for r in events_of(queue, "job", "claim_released")] == ["owner_died"]
+    assert_sound_history(url_of(queue))
 
 
 async def test_a_daemon_cut_off_counts_as_dead_and_its_late_result_is_refused(
