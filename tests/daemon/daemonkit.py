@@ -312,3 +312,23 @@ def base_env(*, clock: bool, workers: int | None = None, **extra: str) -> dict[s
 
 def environ_without_snerd() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
+
+
+def assert_sound_history(storage: Path | str, *, torn_tail: bool = False) -> None:
+    """``snerdmq replay --verify`` finds nothing wrong with a storage dir's or a
+    PostgreSQL queue's whole history: checksum chain and audit (``torn_tail``: but a
+    line a killed writer left unfinished, sealed by the next writer)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from snerd.tools.replay import replay
+
+    result = CliRunner().invoke(replay, [str(storage), "--verify", "--json"])
+    report = json.loads(result.output)
+    problems = [p for p in report["problems"] if not (
+        torn_tail and p["problem"].startswith(("skipped line (incomplete", "skipped line (torn"))
+    )]  # fmt: skip
+    assert report["chain"]["breaks"] == [] and problems == [], problems
+    assert report["chain"]["older_links"] == 0 and report["chain"]["chained"] > 0
+    assert result.exit_code == (1 if report["problems"] else 0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pgkit
 import pytest
+from daemonkit import assert_sound_history
 
 FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.1"}
 
@@ -42,21 +43,6 @@ def history(queue: str) -> list[dict[str, Any]]:
 def events_of(queue: str, task_id: str, event: str) -> list[dict[str, Any]]:
     return [r for r in history(queue)
             if r.get("taskId", r.get("task")) == task_id and r.get("event") == event]
-
-
-def assert_sound_history(url: str) -> None:
-    """``snerdmq replay --verify`` finds nothing wrong: checksum chain and audit."""
-    import json
-
-    from click.testing import CliRunner
-
-    from snerd.tools.replay import replay
-
-    result = CliRunner().invoke(replay, [url, "--verify", "--json"])
-    report = json.loads(result.output)
-    assert report["chain"]["breaks"] == [] and report["problems"] == [], report["problems"]
-    assert report["chain"]["older_links"] == 0 and report["chain"]["chained"] > 0
-    assert result.exit_code == 0
 
 
 async def wait_until(condition: Any, timeout: float, what: str) -> None:
