@@ -24,7 +24,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from daemonkit import Wire, events_of
+from daemonkit import Wire, assert_sound_history, events_of
 
 Spawn = Callable[..., Awaitable[Wire]]
 
@@ -121,6 +121,7 @@ async def test_a_full_disk_is_survived_in_one_process(spawn: Spawn, disk: Path) 
     for line in raw_lines(storage):
         assert isinstance(orjson.loads(line), dict)
     assert not events_of(storage, "big")
+    assert_sound_history(storage)  # what was rolled back left no link and no orphan
 
 
 async def _done(storage: Path, task_id: str) -> bool:
