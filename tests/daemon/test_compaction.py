@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from daemonkit import Wire, events_of, read_log
+from daemonkit import Wire, assert_sound_history, events_of, read_log
 
 COMPACT_SOON = {"SNERD_COMPACT_BYTES": "1", "SNERD_HOUSEKEEPING_SECONDS": "1"}
 
@@ -44,6 +44,7 @@ async def test_compaction_keeps_live_and_dead_tasks_and_drops_finished_ones(spaw
     await wire.expect("execute", task_id="after-compaction")
     await wire.result("after-compaction")
     await wire.logged("after-compaction", "succeeded")
+    assert_sound_history(wire.storage)
 
 
 async def test_a_dead_parent_survives_compaction_for_late_children(spawn) -> None:
@@ -83,3 +84,5 @@ async def test_a_restart_after_compaction_sees_the_same_queue(spawn, storage) ->
     await second.result("later")
     await second.expect("execute", task_id="blocked")
     assert not events_of(storage, "f0")
+    await second.barrier()
+    assert_sound_history(storage)  # the restarted daemon linked past the snapshot
