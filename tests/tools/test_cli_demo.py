@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from snerd.tools.demo import demo
 from snerd.tools.dlq import dlq
+from snerd.tools.replay import replay
 from snerd.tools.stats import stats
 
 
@@ -33,6 +34,10 @@ def test_demo_runs_the_workflow_and_summarises(tmp_path: Path) -> None:
     assert data["totals"]["completed"] == 10
     assert data["rate_groups"][0]["group"] == "smtp"
     assert data["counts"]["pending"] == 2  # the throttled e-mails wait for their slot
+    audit = cli.invoke(replay, [str(store), "--verify", "--json"])
+    report = json.loads(audit.output)  # a DAG, retries, dead letters, a rate limit: all sound
+    assert report["problems"] == [] and report["chain"]["breaks"] == [], report["problems"]
+    assert audit.exit_code == 0
 
 
 def test_demo_serves_the_dashboard_and_refuses_a_used_storage(tmp_path: Path) -> None:
