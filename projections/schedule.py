@@ -90,7 +90,8 @@ def format_instant(ts: float) -> str:
 @functools.lru_cache(maxsize=1024)
 def _format_second(whole: int) -> str:
     """The text of a whole second, up to its dot (formatted once per second seen)."""
-    return (_EPOCH + timedelta(seconds=whole)).strftime("%Y-%m-%dT%H:%M:%S.")
+    t = _EPOCH + timedelta(seconds=whole)  # (not strftime: its %Y drops a small year's zeros)
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
 
 
 def _to_datetime(ts: float, *, what: str) -> datetime:

@@ -2,8 +2,10 @@
 
 ``spawn(**options)`` starts one daemon and returns a :class:`daemonkit.Wire`; by
 default it runs on the test clock (``SNERD_TEST_CLOCK``). At teardown every daemon
-still running gets stdin EOF and must exit 0, and every line it wrote on stdout must
-be a JSON protocol message.
+still running gets stdin EOF and must exit 0, every line it wrote on stdout must be a
+JSON protocol message, and every storage directory the daemons wrote must pass
+``snerdmq replay --verify`` (checksum chain and audit), unless the test is marked
+``damaged_log``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from daemonkit import ForkingClient, Wire, base_env, check_stdout
+from daemonkit import ForkingClient, Wire, assert_sound_history, base_env, check_stdout
 
 Spawn = Callable[..., Awaitable[Wire]]
 
@@ -28,7 +30,7 @@ def storage(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def spawn(storage: Path) -> AsyncIterator[Spawn]:
+async def spawn(storage: Path, request: pytest.FixtureRequest) -> AsyncIterator[Spawn]:
     """``await spawn(storage=..., clock=True, workers=None, env={}, register=())``."""
     wires: list[Wire] = []
 
@@ -59,6 +61,11 @@ async def spawn(storage: Path) -> AsyncIterator[Spawn]:
                 problems.append(f"daemon {wire.pid} exited {code}: {list(wire.client.stderr_tail)}")
         check_stdout(wire.stdout_lines())
     assert not problems, problems
+    if request.node.get_closest_marker("damaged_log") is None:
+        killed = any(wire.killed for wire in wires)
+        for path in {wire.storage for wire in wires if isinstance(wire.storage, Path)}:
+            if (path / "tasks" / "tasks.log").exists():  # (a URL's test audits it itself)
+                assert_sound_history(path, torn_tail=killed, chained=False)
 
 
 @pytest.fixture

@@ -85,10 +85,28 @@ def test_format_instant_rejects_non_instants(bad: float) -> None:
         format_instant(bad)
 
 
+FIRST_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+LAST_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+
+
 @given(st.integers(min_value=0, max_value=4_102_444_800_000))
 def test_format_then_parse_round_trips_at_millisecond_precision(millis: int) -> None:
     ts = millis / 1000
     assert parse_instant(format_instant(ts)) == pytest.approx(ts, abs=5e-4)
+
+
+@given(st.integers(min_value=FIRST_MS, max_value=LAST_MS))
+def test_every_year_a_line_may_hold_round_trips(millis: int) -> None:
+    """Years 1 to 9999 (below 1000 too); far from 1970 a float holds the milliseconds
+    only to within one (the text truncates to the millisecond)."""
+    ts = millis / 1000
+    assert parse_instant(format_instant(ts)) == pytest.approx(ts, abs=2e-3)
+
+
+def test_a_small_year_keeps_its_four_digits() -> None:
+    """RFC 3339 years have four digits; strftime's %Y writes year 1 as "1"."""
+    assert format_instant(FIRST_MS / 1000) == "0001-01-01T00:00:00.000Z"
+    assert format_instant(-59_011_459_200) == "0100-01-01T00:00:00.000Z"
 
 
 # ------------------------------------------------------------------ parse_cron / next_fire
