@@ -1,4 +1,7 @@
-"""Fixtures for the in-process queue: a manual clock and an in-memory log per test."""
+"""Fixtures for the in-process queue: a manual clock and an in-memory log per test.
+
+At teardown what the store holds must pass ``snerdmq replay --verify`` (audit and
+checksum chain) unless the test is marked ``damaged_log``."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from embeddedkit import T0, MakeQueue
+from embeddedkit import T0, MakeQueue, store_problems
 
 from snerd.dispatcher.clock import ManualClock
 from snerd.embedded import Queue
@@ -29,7 +32,9 @@ def store() -> MemoryStore:
 
 
 @pytest.fixture
-async def make_queue(clock: ManualClock, store: MemoryStore) -> AsyncIterator[MakeQueue]:
+async def make_queue(
+    clock: ManualClock, store: MemoryStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[MakeQueue]:
     """``await make_queue(**options)``: a started Queue on the shared in-memory store."""
     queues: list[Queue] = []
 
@@ -44,6 +49,8 @@ async def make_queue(clock: ManualClock, store: MemoryStore) -> AsyncIterator[Ma
     yield _make
     for queue in queues:
         await queue.close(timeout=1)
+    if store.lines and request.node.get_closest_marker("damaged_log") is None:
+        assert store_problems(store, tmp_path / "audited") == []  # replay --verify: sound
 
 
 @pytest.fixture
