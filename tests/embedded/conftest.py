@@ -14,7 +14,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from embeddedkit import T0, MakeQueue, store_problems
+from auditkit import store_problems
+from embeddedkit import T0, MakeQueue
 
 from snerd.dispatcher.clock import ManualClock
 from snerd.embedded import Queue
