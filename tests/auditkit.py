@@ -3,26 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from snerd.eventlog import MemoryStore
 
 
-def store_problems(store: MemoryStore, directory: Path) -> list[dict]:
-    """What ``snerdmq replay --verify`` says of everything ``store`` holds (its archives
-    and live lines, written out under ``directory`` as a storage dir would hold them):
-    audit problems, chain breaks, and links that only older writers make."""
+def verify_report(storage: Path | str) -> tuple[dict[str, Any], int]:
+    """``snerdmq replay --verify --json`` of a storage dir or a PostgreSQL URL: its
+    report and its exit code."""
     import json
 
     from click.testing import CliRunner
 
     from snerd.tools.replay import replay
 
+    result = CliRunner().invoke(replay, [str(storage), "--verify", "--json"])
+    return json.loads(result.output), result.exit_code
+
+
+def storage_problems(directory: Path) -> list[Any]:
+    """What ``snerdmq replay --verify`` says of a storage dir: audit problems, chain
+    breaks, and links that only older writers make."""
+    report, _ = verify_report(directory)
+    return [*report["problems"], *(["older link"] * report["chain"]["older_links"])]
+
+
+def store_problems(store: MemoryStore, directory: Path) -> list[Any]:
+    """What ``snerdmq replay --verify`` says of everything ``store`` holds (its archives
+    and live lines, written out under ``directory`` as a storage dir would hold them)."""
     tasks = directory / "tasks"
     (tasks / "archive").mkdir(parents=True)
     for name, lines in store.archives:
         (tasks / "archive" / name).write_bytes(b"".join(lines))
     (tasks / "tasks.log").write_bytes(b"".join(store.lines))
-    result = CliRunner().invoke(replay, [str(directory), "--verify", "--json"])
-    report = json.loads(result.output)
-    chain = report["chain"]
-    return [*report["problems"], *(["older link"] * chain["older_links"])]
+    return storage_problems(directory)

@@ -320,17 +320,40 @@ def assert_sound_history(storage: Path | str, *, torn_tail: bool = False,
     PostgreSQL queue's whole history: checksum chain and audit (``torn_tail``: but a
     line a killed writer left unfinished, sealed by the next writer; ``chained``: and
     some line carries a checksum)."""
-    import json
+    from auditkit import verify_report
 
-    from click.testing import CliRunner
-
-    from snerd.tools.replay import replay
-
-    result = CliRunner().invoke(replay, [str(storage), "--verify", "--json"])
-    report = json.loads(result.output)
+    report, code = verify_report(storage)
     problems = [p for p in report["problems"] if not (
         torn_tail and p["problem"].startswith(("skipped line (incomplete", "skipped line (torn"))
     )]  # fmt: skip
     assert report["chain"]["breaks"] == [] and problems == [], problems
     assert report["chain"]["older_links"] == 0 and (report["chain"]["chained"] > 0 or not chained)
-    assert result.exit_code == (1 if report["problems"] else 0)
+    assert code == (1 if report["problems"] else 0)
+
+
+async def compacting_workload(wires: list[Wire], archives: Callable[[], int],
+                              n: int = 150) -> None:  # fmt: skip
+    """Enqueue ``n`` tasks of type ``t`` on ``wires`` in turns (their clients run them),
+    and after every 25 (~25 KB of log) wait until they ran and a compaction happened
+    (``archives()`` grew; the daemons were started with a small SNERD_COMPACT_BYTES):
+    each daemon then appends after the others' compactions. Every daemon exits 0."""
+    done: set[str] = set()
+
+    async def handle(task_id: str, data: Any) -> None:
+        done.add(task_id)
+
+    for wire in wires:
+        wire.client.register("t", handle)
+    before = 0
+    for i in range(n):
+        if i % 25 == 0:
+            before = archives()
+        await wires[i % len(wires)].client.enqueue(f"task-{i}", "t", {"n": i})
+        if i % 25 == 24:  # a compaction during or after these 25
+            sent = i + 1
+            await until(lambda s=sent: len(done) == s, f"{sent} executions", 30)
+            await until(lambda b=before: archives() > b, "a compaction", 30)
+    await until(lambda: len(done) == n, f"{n} executions", 30)
+    for wire in wires:
+        await wire.client.close_stdin()
+        assert await wire.client.wait(timeout=15) == 0

@@ -7,7 +7,7 @@ import collections
 import time
 from typing import Any
 
-from daemonkit import assert_sound_history, events_of, read_log
+from daemonkit import assert_sound_history, compacting_workload, events_of, read_log
 
 FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.1"}
 
@@ -230,27 +230,6 @@ async def test_daemons_compacting_often_leave_a_log_replay_verify_finds_sound(
 
     env = {**FAST_HOUSEKEEPING, "SNERD_COMPACT_BYTES": "4096"}
     wires = [await spawn(clock=False, env=env) for _ in range(3)]
-    done: set[str] = set()
-
-    async def handle(task_id: str, data: Any) -> None:
-        done.add(task_id)
-
-    for wire in wires:
-        wire.client.register("t", handle)
-    n = 150
-    archives = 0
-    for i in range(n):  # in turns, so each daemon appends between the others' compactions
-        if i % 25 == 0:
-            archives = len(history_files(storage))
-        await wires[i % 3].client.enqueue(f"task-{i}", "t", {"n": i})
-        if i % 25 == 24:  # 25 tasks are ~25 KB: a compaction during or after them
-            sent = i + 1
-            await wait_until(lambda s=sent: len(done) == s, 30, f"{sent} executions")
-            await wait_until(lambda a=archives: len(history_files(storage)) > a, 30,
-                             "a compaction")  # fmt: skip
-    await wait_until(lambda: len(done) == n, 30, f"{n} executions")
-    for wire in wires:
-        await wire.client.close_stdin()
-        assert await wire.client.wait(timeout=15) == 0
+    await compacting_workload(wires, lambda: len(history_files(storage)))
     assert len(history_files(storage)) >= 3, "the daemons did not compact"
     assert_sound_history(storage)  # each daemon linked past the others' snapshots

@@ -13,7 +13,7 @@ from typing import Any
 
 import pgkit
 import pytest
-from daemonkit import assert_sound_history
+from daemonkit import assert_sound_history, compacting_workload
 
 FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.1"}
 
@@ -100,28 +100,7 @@ async def test_daemons_compacting_often_on_a_url_leave_a_sound_history(
 
     env = {**FAST_HOUSEKEEPING, "SNERD_COMPACT_BYTES": "4096"}
     wires = [await spawn(storage=url_of(queue), clock=False, env=env) for _ in range(3)]
-    done: set[str] = set()
-
-    async def handle(task_id: str, data: Any) -> None:
-        done.add(task_id)
-
-    for wire in wires:
-        wire.client.register("t", handle)
-    n = 150
-    archives = 0
-    for i in range(n):  # in turns, so each daemon appends between the others' compactions
-        if i % 25 == 0:
-            archives = describe(url_of(queue))[2]
-        await wires[i % 3].client.enqueue(f"task-{i}", "t", {"n": i})
-        if i % 25 == 24:  # 25 tasks are ~25 KB: a compaction during or after them
-            sent = i + 1
-            await wait_until(lambda s=sent: len(done) == s, 30, f"{sent} executions")
-            await wait_until(lambda a=archives: describe(url_of(queue))[2] > a, 30,
-                             "a compaction")  # fmt: skip
-    await wait_until(lambda: len(done) == n, 30, f"{n} executions")
-    for wire in wires:
-        await wire.client.close_stdin()
-        assert await wire.client.wait(timeout=15) == 0
+    await compacting_workload(wires, lambda: describe(url_of(queue))[2])
     assert_sound_history(url_of(queue))
 
 
@@ -208,6 +187,20 @@ async def test_connections_cut_under_load_lose_no_acked_enqueue(spawn: Any, queu
     assert_sound_history(url_of(queue))
 
 
+async def running_job_and_a_peer(spawn: Any, queue: str, app: str, *, workers: int,
+                                 peer: tuple[str, ...]) -> tuple[Any, Any]:  # fmt: skip
+    """A daemon named ``app`` running attempt 1 of ``job`` (type ``t``), and a peer on
+    the same queue registered for ``peer`` that has not run it."""
+    owner = await spawn(storage=url_of(queue, app), clock=False, register=("t",),
+                        workers=workers, env=FAST_HOUSEKEEPING)  # fmt: skip
+    await owner.ack("job", max_retries=3)
+    await owner.expect("execute", task_id="job", attempt=1)
+    other = await spawn(storage=url_of(queue), clock=False, register=peer,
+                        env=FAST_HOUSEKEEPING)  # fmt: skip
+    await other.quiet("execute", task_id="job")
+    return owner, other
+
+
 def liveness_session(app: str) -> int | None:
     """The backend holding the liveness lock of the daemon named ``app``, if any."""
     import psycopg
@@ -237,14 +230,8 @@ async def test_a_daemon_taken_for_dead_claims_again_only_once_its_lock_is_back(
     """Its attempt released as a dead owner's, a daemon with a free worker claims the
     task again only after taking its liveness lock back: the claim is not released a
     second time (before, it was: the daemon claimed while its lock was still free)."""
-    app = f"back-{queue}"
-    cut_off = await spawn(storage=url_of(queue, app), clock=False, register=("t",),
-                          workers=2, env=FAST_HOUSEKEEPING)  # fmt: skip
-    await cut_off.ack("job", max_retries=3)
-    await cut_off.expect("execute", task_id="job", attempt=1)
-    keeper = await spawn(storage=url_of(queue), clock=False, register=("other",),
-                         env=FAST_HOUSEKEEPING)  # only its housekeeping acts  # fmt: skip
-    await keeper.quiet("execute", task_id="job")
+    app = f"back-{queue}"  # the peer runs other tasks: only its housekeeping acts here
+    cut_off, _ = await running_job_and_a_peer(spawn, queue, app, workers=2, peer=("other",))
     cut_liveness(app)
     execute = await cut_off.expect("execute", task_id="job", timeout=10)
     assert execute["attempt"] == 2
@@ -263,13 +250,7 @@ async def test_a_daemon_cut_off_counts_as_dead_and_its_late_result_is_refused(
     app = f"cut-{queue}"
     # one worker, busy with attempt 1 to the end: attempt 2 can only run on the other
     # daemon (a daemon back from a cut may claim released work like any other)
-    cut_off = await spawn(storage=url_of(queue, app), clock=False, register=("t",),
-                          workers=1, env=FAST_HOUSEKEEPING)  # fmt: skip
-    await cut_off.ack("job", max_retries=3)
-    await cut_off.expect("execute", task_id="job", attempt=1)
-    other = await spawn(storage=url_of(queue), clock=False, register=("t",),
-                        env=FAST_HOUSEKEEPING)  # fmt: skip
-    await other.quiet("execute", task_id="job")
+    cut_off, other = await running_job_and_a_peer(spawn, queue, app, workers=1, peer=("t",))
     cut_liveness(app)
     # its keeper reconnects after a second or more; the other daemon's housekeeping
     # (every 0.1 s) sees the lock free first and re-runs the attempt

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from auditkit import storage_problems
 from click.testing import CliRunner
 
 import snerd
@@ -41,10 +43,12 @@ async def _seed(path: Path) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
+def store(tmp_path: Path) -> Iterator[Path]:
+    """A seeded storage dir; whatever the commands wrote to it must pass replay --verify."""
     path = tmp_path / "q"
     asyncio.run(_seed(path))
-    return path
+    yield path
+    assert storage_problems(path) == []
 
 
 @pytest.fixture
