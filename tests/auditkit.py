@@ -21,10 +21,10 @@ def verify_report(storage: Path | str) -> tuple[dict[str, Any], int]:
     return json.loads(result.output), result.exit_code
 
 
-def storage_problems(directory: Path) -> list[Any]:
-    """What ``snerdmq replay --verify`` says of a storage dir: audit problems, chain
-    breaks, and links that only older writers make."""
-    report, _ = verify_report(directory)
+def storage_problems(storage: Path | str) -> list[Any]:
+    """What ``snerdmq replay --verify`` says of a storage dir or a PostgreSQL queue:
+    audit problems, chain breaks, and links that only older writers make."""
+    report, _ = verify_report(storage)
     return [*report["problems"], *(["older link"] * report["chain"]["older_links"])]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from auditkit import storage_problems
 from dashkit import fake_peer, reader_engine, seed_storage
 
 from snerd.dashboard.server import MONITOR_KEY, create_app
@@ -25,6 +26,7 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         path = tmp_path / "store"
         await seed_storage(path)
         yield path
+        assert storage_problems(path) == []  # what the API wrote passes replay --verify
         return
     import pgkit
 
@@ -34,6 +36,7 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         url = pgkit.queue_url(queue)
         await seed_storage(url)
         yield url
+        assert storage_problems(url) == []
     finally:
         pgkit.drop_queue(queue)
 
