@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from auditkit import storage_problems
 from click.testing import CliRunner
 
 import snerd
@@ -101,11 +102,16 @@ async def start(app: Path) -> AsyncIterator[Callable[..., object]]:
         return w
 
     yield _start
+    killed = False
     for w in started:  # only the processes this test started, by their own handle
         if w.proc.returncode is None:
             w.proc.kill()
+            killed = True
             await w.proc.wait()
         w.reader.cancel()
+    for store in app.iterdir():  # what the workers wrote passes replay --verify
+        if (store / "tasks" / "tasks.log").exists():
+            assert storage_problems(store, torn_tail=killed) == []
 
 
 async def until(condition: Callable[[], bool], queue: snerd.Queue | None = None) -> None:
