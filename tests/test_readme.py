@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from auditkit import storage_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -36,6 +37,8 @@ def _run_twice(code: str, tmp_path: Path) -> list[str]:
                               capture_output=True, text=True, timeout=60)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(done.stdout)
+    for log in tmp_path.rglob("tasks/tasks.log"):  # what the example wrote, twice, is sound
+        assert storage_problems(log.parent.parent) == [], log
     return outputs
 
 
