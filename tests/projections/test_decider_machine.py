@@ -254,6 +254,15 @@ class DeciderMachine(RuleBasedStateMachine):
     # --- invariants -------------------------------------------------------------------
 
     @invariant()
+    def the_audit_finds_what_decide_wrote_sound(self) -> None:
+        """``replay --verify``'s field and transition checks agree with ``decide``:
+        whatever it decided, for two daemons, passes them."""
+        from snerd.projections.history import audit
+        from snerd.tools.replay_checks import Verifier
+
+        assert audit(self.log, self.now, check=Verifier()).problems == []
+
+    @invariant()
     def indexes_are_consistent(self) -> None:
         check_invariants(advance(self.state, self.now)[0], self.now)
 
