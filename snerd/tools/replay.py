@@ -335,6 +335,12 @@ def render_chain(report: ChainReport | None) -> None:
         f"{report.unchained:,} line(s) without a checksum (SnerdMQ's own format, or"
         " written before the chain)", soft_wrap=True,
     )  # fmt: skip
+    if report.older_links:
+        out.print(
+            f"{report.older_links:,} line(s) after a compaction's snapshot link to its last"
+            " line, as writers before 2026-12 did (accepted: the chain is unbroken)",
+            soft_wrap=True,
+        )  # fmt: skip
 
 
 def _opt(value: Any) -> str:

@@ -145,6 +145,11 @@ async def test_a_line_an_older_writer_linked_to_the_snapshot_block_is_accepted(
         report = verify(history_files(path))
         assert (report.breaks == []) is accepted, prev
         assert report.older_links == (1 if accepted else 0)
+    _, line = Chain().seal(split[2], body)  # what replay --verify says of the older link
+    live(path).write_bytes(b"".join(lines) + line)
+    shown = CliRunner().invoke(replay, [str(path), "--verify"])
+    assert "Checksum chain intact" in shown.output, shown.output
+    assert "as writers before 2026-12 did" in shown.output
 
 
 async def test_a_compaction_at_the_archives_start_or_right_after_another_is_no_break(
