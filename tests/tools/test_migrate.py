@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pgkit
 import pytest
+from auditkit import storage_problems
 from click.testing import CliRunner
 
 import snerd
@@ -77,6 +78,8 @@ def test_round_trip_dir_to_postgres_and_back_is_equal_by_replay(tmp_path: Path, 
         assert sorted(p.name for p in (src / "tasks" / name).iterdir()) == sorted(
             p.name for p in (back / "tasks" / name).iterdir()
         )
+    for where in (src, url, back):  # the chain survives both copies: replay --verify
+        assert storage_problems(where) == [], where
 
 
 def test_a_non_empty_destination_is_refused(tmp_path: Path, url: str) -> None:
