@@ -172,9 +172,9 @@ class Dispatcher:
         """Attempts this engine may still start (running and reserved ones count, and so
         does a sync handler's thread that outlived its attempt: a hard timeout cannot
         kill a thread, so it holds its slot until it returns)."""
-        if self.engine.liveness_in_doubt:
-            return 0  # claims made now could be released as a dead daemon's
         e = self.engine
+        if e.liveness_in_doubt:
+            return 0  # claims made now could be released as a dead daemon's
         free = e.config.max_workers - len(e.runs) - self.reserved
         for executor in e.executors:  # a loop: this runs several times per task
             free -= getattr(executor, "lingering", 0)

@@ -14,6 +14,7 @@ from typing import Any
 from snerd.errors import LogError
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.batching import BatchingLog
+from snerd.eventlog.chain import Lines
 from snerd.eventlog.postgres.url import is_url, redact
 
 __all__ = [
@@ -76,7 +77,7 @@ def open_history(storage: Storage) -> Iterator[Record | SkippedLine]:
     return iter_history(storage)
 
 
-def chain_logs(url: str) -> list[tuple[str, list[tuple[int, bytes]]]]:
+def chain_logs(url: str) -> list[tuple[str, Lines]]:
     """A PostgreSQL queue's logs as ``chain.verify_logs`` reads them (a storage dir's
     are its files: ``chain.verify``)."""
     _postgres()

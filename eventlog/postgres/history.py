@@ -6,17 +6,19 @@ storage dir (the rows hold the same lines); blocking, for the tools.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 
 from snerd.eventlog.base import Record, SkippedLine
+from snerd.eventlog.chain import Lines, lines_of
 from snerd.eventlog.codec import decode_complete
 from snerd.eventlog.history import in_order, merge_history
 from snerd.eventlog.postgres.connect import connect_sync, unavailable
 from snerd.eventlog.postgres.schema import SCHEMA
-from snerd.eventlog.postgres.url import parse
+from snerd.eventlog.postgres.url import PgTarget, parse
 
 Item = Record | SkippedLine
 CHUNK = 10_000
@@ -35,30 +37,30 @@ _LIVE = (
 def iter_pg_history(url: str) -> Iterator[Item]:
     """Every record once (and every skipped line) of the queue ``url`` names."""
     target = parse(url)
-    try:
-        with connect_sync(target) as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # one snapshot
-            names = [r[0] for r in conn.execute(_ARCHIVES, (target.queue,))]
-            files = [_rows(conn, _ARCHIVE, (target.queue, name)) for name in names]
-            files.append(_rows(conn, _LIVE, (target.queue,)))
-            yield from merge_history(files)
-    except psycopg.Error as exc:
-        raise unavailable(target, exc) from exc
+    with _one_snapshot(target) as (conn, names):
+        files = [_rows(conn, _ARCHIVE, (target.queue, name)) for name in names]
+        files.append(_rows(conn, _LIVE, (target.queue,)))
+        yield from merge_history(files)
 
 
-def raw_logs(url: str) -> list[tuple[str, list[tuple[int, bytes]]]]:
+def raw_logs(url: str) -> list[tuple[str, Lines]]:
     """Every archive (by name, oldest first), then the live log (``live``), each as
     its lines with their offsets (``chain.lines_of``): what ``replay --verify`` checks
     the chain through. One snapshot; the whole history in memory, as for files."""
-    from snerd.eventlog.chain import lines_of
-
     target = parse(url)
+    with _one_snapshot(target) as (conn, names):
+        return [(name or "live", lines_of(b"".join(raw_lines(conn, target.queue, name))))
+                for name in [*names, None]]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _one_snapshot(target: PgTarget) -> Iterator[tuple[psycopg.Connection[Any], list[str]]]:
+    """A connection reading the queue's history in one snapshot, and its archives'
+    names, oldest first (a database error: :func:`unavailable`)."""
     try:
         with connect_sync(target) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            names = [r[0] for r in conn.execute(_ARCHIVES, (target.queue,))]
-            return [(name or "live", lines_of(b"".join(raw_lines(conn, target.queue, name))))
-                    for name in [*names, None]]  # fmt: skip
+            yield conn, [r[0] for r in conn.execute(_ARCHIVES, (target.queue,))]
     except psycopg.Error as exc:
         raise unavailable(target, exc) from exc
 

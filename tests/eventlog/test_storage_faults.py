@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from logkit import Recorder
+from logkit import FileBackend, Recorder
 
 from snerd.errors import LogError
 from snerd.eventlog import batching, compaction
@@ -131,7 +131,7 @@ async def test_a_failed_write_is_rolled_back_and_reads_go_on(opened, monkeypatch
     await fresh.open(again)
     await fresh.close()
     assert sorted(again.state) == ["a", "d", "e"] and again.skipped == []
-    assert chain_breaks(tmp_path / "s") == []  # the rolled-back lines left no link behind
+    assert FileBackend(tmp_path / "s").chain_breaks() == []  # no link left by rolled-back lines
 
 
 async def test_a_failed_fsync_is_rolled_back_too(opened, monkeypatch, tmp_path):
@@ -147,7 +147,7 @@ async def test_a_failed_fsync_is_rolled_back_too(opened, monkeypatch, tmp_path):
     clock.now += batching.BACKOFF_MIN + 1e-6
     await log.append(put("b"))
     assert sorted(rec.state) == ["a", "b"]
-    assert chain_breaks(tmp_path / "s") == []
+    assert FileBackend(tmp_path / "s").chain_breaks() == []
 
 
 async def test_a_log_that_stays_unreadable_ends_the_instance(opened, monkeypatch, tmp_path):
@@ -199,10 +199,3 @@ async def test_a_read_error_while_following_is_survived(opened, monkeypatch, tmp
     await log.append(put("c"))
     assert sorted(rec.state) == ["a", "b", "c"]
 
-
-def chain_breaks(storage: Path) -> list[Any]:
-    from snerd.eventlog.chain import verify
-    from snerd.eventlog.history import history_files
-
-    report = verify(history_files(storage))
-    return [*report.breaks, *(["an older writer's link"] * report.older_links)]
