@@ -1,6 +1,7 @@
 """Projection-fold benchmark: folded events per second, as ratios against JSON decoding.
 
     python -m benchmarks.bench_fold [--records N] [--max-batch K] [--rounds R]
+    python -m benchmarks.bench_fold --baseline REV   # before/after, as ratios
 
 Generates a realistic log in memory (tasks enqueued, claimed, some with progress,
 most succeed; some fail, retry and succeed; some fail until dead-lettered; a sliding
@@ -20,6 +21,13 @@ whose decode time is measured and subtracted. Only public entry points are used
 changes shape. Each figure is the median of ``--rounds`` runs, except the
 incremental fold's (``--incremental-rounds``, default 1: it is the slow one, and one
 pass over 200,000 records already folds in thousands of batches).
+
+``--baseline REV`` answers "is the fold cheaper than it was?" in one command: the tree
+at git revision REV (``git archive``, into a temporary directory) and this tree each
+run the measurements above in a process of their own, on the same generated log,
+alternating (REV, now, REV, now, ...) ``--rounds`` times; it prints each tree's
+medians and the ratio now/REV. REV must have ``empty``, ``fold`` and ``bulk_fold``
+(every tree since the projections had a bulk replay).
 """
 
 from __future__ import annotations
@@ -29,20 +37,25 @@ import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a script: make the repo (or that tree) importable
+    sys.path.insert(0, os.environ.get("SNERD_BENCH_FOLD_TREE") or str(Path(__file__).parents[1]))
 
 import orjson
 
 from snerd.projections.replay import bulk_fold
 from snerd.projections.state import empty, fold
 
+REPO = Path(__file__).resolve().parents[1]
+TREE_ENV = "SNERD_BENCH_FOLD_TREE"  # set for a --baseline child: the tree it measures
 Record = dict[str, Any]
 CHUNK = 2048  # lines decoded per timed chunk
 T0_MS = 1_760_000_000_000
@@ -220,6 +233,12 @@ def _median(run: Callable[[], Any], rounds: int) -> list[Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parse(argv)
+    if args.child:
+        _child(args)
+        return
+    if args.baseline:
+        _against(args)
+        return
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"projection-fold benchmark (python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
@@ -279,6 +298,74 @@ def _ratio(baseline_s: float, ours_s: float) -> str:
     return f"{ours_s / baseline_s:.2f}x slower than"
 
 
+# ------------------------------------------------------------------ --baseline REV
+
+
+def _child(args: argparse.Namespace) -> None:
+    """One round of every figure, as JSON on stdout (for :func:`_against`)."""
+    lines = generate(args.records, args.live)
+    gc.collect()
+    figures = {
+        "json": _json_loop(lines),
+        "orjson": _orjson_loop(lines),
+        "a": _incremental(lines, args.max_batch),
+        "b": _bulk(lines),
+    }
+    print(json.dumps(figures))
+
+
+def _against(args: argparse.Namespace) -> None:
+    """This tree against the tree at ``args.baseline``, alternating child processes."""
+    with tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline],
+                                 capture_output=True, check=False)  # fmt: skip
+        if archive.returncode != 0:
+            sys.exit(f"bench_fold: git archive {args.baseline} failed: "
+                     f"{archive.stderr.decode(errors='replace').strip()}")  # fmt: skip
+        archive_path = Path(base) / "tree.tar"
+        archive_path.write_bytes(archive.stdout)
+        with tarfile.open(archive_path) as tar:
+            tar.extractall(Path(base) / "tree", filter="tar")
+        trees = {args.baseline: str(Path(base) / "tree"), "now": str(REPO)}
+        child = [sys.executable, str(Path(__file__).resolve()), "--child",
+                 "--records", str(args.records), "--live", str(args.live),
+                 "--max-batch", str(args.max_batch)]  # fmt: skip
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"projection fold, {args.baseline} against this tree ({args.records:,} records, "
+              f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load}; "
+              f"{args.rounds} alternating rounds, each tree in its own process; "
+              "medians)")  # fmt: skip
+        for _ in range(args.rounds):
+            for name, tree in trees.items():
+                env = {**os.environ, TREE_ENV: tree}
+                out = subprocess.run(child, env=env, capture_output=True, check=True)
+                runs[name].append(json.loads(out.stdout.decode().splitlines()[-1]))
+    n = args.records
+    print(f"{'':34}{args.baseline:>14}{'now':>14}{'now/' + args.baseline:>18}")
+    for label, key, part in (
+        ("(a) incremental, fold only", "a", 1),
+        ("(a) incremental, decode + fold", "a", None),
+        ("(b) bulk replay, fold only", "b", 1),
+        ("(b) bulk replay, decode + fold", "b", None),
+    ):
+        rate = {name: n / statistics.median(_seconds(r[key], part) for r in rs)
+                for name, rs in runs.items()}  # fmt: skip
+        before, now = rate[args.baseline], rate["now"]
+        print(f"{label:34}{before:14,.0f}{now:14,.0f}{now / before:17.2f}x  events/s")
+    for name, rs in runs.items():
+        print(
+            f"  {name}: json.loads loop {n / statistics.median(r['json'] for r in rs):,.0f} "
+            f"records/s, orjson.loads loop {n / statistics.median(r['orjson'] for r in rs):,.0f}"
+            " records/s (the same work in both: a check that the rounds are alike)"
+        )
+
+
+def _seconds(run: list[float], part: int | None) -> float:
+    """Fold seconds (``part`` 1) or decode + fold seconds (None) of one (a)/(b) run."""
+    return run[1] if part == 1 else run[0] + run[1]
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--records", type=int, default=200_000, help="log records (default 200,000)")
@@ -286,6 +373,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max-batch", type=int, default=3, help="incremental batch sizes 1..K")
     p.add_argument("--rounds", type=int, default=3, help="runs per figure (median)")
     p.add_argument("--incremental-rounds", type=int, default=1, help="runs of (a) (median)")
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also measure the tree at git revision REV; print ratios now/REV",
+    )
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
