@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import os
 import statistics
@@ -322,11 +323,9 @@ def _against(args: argparse.Namespace) -> None:
         if archive.returncode != 0:
             sys.exit(f"bench_fold: git archive {args.baseline} failed: "
                      f"{archive.stderr.decode(errors='replace').strip()}")  # fmt: skip
-        archive_path = Path(base) / "tree.tar"
-        archive_path.write_bytes(archive.stdout)
-        with tarfile.open(archive_path) as tar:
-            tar.extractall(Path(base) / "tree", filter="tar")
-        trees = {args.baseline: str(Path(base) / "tree"), "now": str(REPO)}
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(base, filter="tar")
+        trees = {args.baseline: base, "now": str(REPO)}
         child = [sys.executable, str(Path(__file__).resolve()), "--child",
                  "--records", str(args.records), "--live", str(args.live),
                  "--max-batch", str(args.max_batch)]  # fmt: skip
@@ -343,13 +342,13 @@ def _against(args: argparse.Namespace) -> None:
                 runs[name].append(json.loads(out.stdout.decode().splitlines()[-1]))
     n = args.records
     print(f"{'':34}{args.baseline:>14}{'now':>14}{'now/' + args.baseline:>18}")
-    for label, key, part in (
-        ("(a) incremental, fold only", "a", 1),
-        ("(a) incremental, decode + fold", "a", None),
-        ("(b) bulk replay, fold only", "b", 1),
-        ("(b) bulk replay, decode + fold", "b", None),
+    for label, key, fold_only in (
+        ("(a) incremental, fold only", "a", True),
+        ("(a) incremental, decode + fold", "a", False),
+        ("(b) bulk replay, fold only", "b", True),
+        ("(b) bulk replay, decode + fold", "b", False),
     ):
-        rate = {name: n / statistics.median(_seconds(r[key], part) for r in rs)
+        rate = {name: n / statistics.median(_seconds(r[key], fold_only) for r in rs)
                 for name, rs in runs.items()}  # fmt: skip
         before, now = rate[args.baseline], rate["now"]
         print(f"{label:34}{before:14,.0f}{now:14,.0f}{now / before:17.2f}x  events/s")
@@ -361,9 +360,9 @@ def _against(args: argparse.Namespace) -> None:
         )
 
 
-def _seconds(run: list[float], part: int | None) -> float:
-    """Fold seconds (``part`` 1) or decode + fold seconds (None) of one (a)/(b) run."""
-    return run[1] if part == 1 else run[0] + run[1]
+def _seconds(run: list[float], fold_only: bool) -> float:
+    """Fold seconds, or decode + fold seconds, of one (a)/(b) run (decode, fold, live)."""
+    return run[1] if fold_only else run[0] + run[1]
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
