@@ -142,11 +142,11 @@ def _instant(value: Any, name: str) -> float | None:
     return None  # absent, unreadable, or outside what RFC 3339 lines can say
 
 
-def _since_creation(record: Mapping[str, Any], key: str, created: float | None) -> float | None:
+def _after_creation(value: Any, key: str, created: float | None) -> float | None:
     # We write executeAt / retryAfterTime = createdAt when a task has none (SnerdMQ
     # requires both); an instant equal to the creation reads back as "none", so a
     # line survives any number of read/write round trips unchanged.
-    instant = _instant(record.get(key), key)
+    instant = _instant(value, key)
     return None if instant is not None and instant == created else instant
 
 
@@ -206,8 +206,10 @@ def require_ids_or_none(record: Mapping[str, Any]) -> tuple[str, str] | str:
 def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int = 0) -> Task:
     """Read a full-state line. Raises EventError only when :func:`require_ids` does.
 
-    Every fold reads one per enqueue: an absent optional field (most are, on most
-    lines) costs one lookup, not a helper call (each helper reads None as absent).
+    Every fold reads one per enqueue, so each field's common case is read inline and
+    a helper is called only for the rest: an absent optional field (most are, on most
+    lines) costs one lookup; a count or number of the usual type and range, one test
+    (:func:`_number` and :func:`_text` give the same answers for them).
     """
     get = record.get
     task_id, task_type = require_ids(record)
@@ -215,15 +217,13 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
     created = None if value is None else _instant(value, ev.F_CREATED_AT)
     unknown = () if _KNOWN_FIELDS.issuperset(record) else record.keys() - _KNOWN_FIELDS
     value = get(ev.F_EXECUTE_AT)
-    execute_at = None if value is None else _since_creation(record, ev.F_EXECUTE_AT, created)
+    execute_at = None if value is None else _after_creation(value, ev.F_EXECUTE_AT, created)
     value = get(ev.F_RETRY_AFTER_TIME)
     retry_after_time = (
-        None if value is None else _since_creation(record, ev.F_RETRY_AFTER_TIME, created)
+        None if value is None else _after_creation(value, ev.F_RETRY_AFTER_TIME, created)
     )
     value = get(ev.F_MAX_PER_MINUTE)
-    per_minute = (
-        0.0 if value is None else _number(value, ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
-    )
+    per_minute = 0.0 if value is None else _number(value, ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
     value = get(ev.F_MAX_EXECUTION_EXACT)
     limit = None if value is None else _positive(value, ev.F_MAX_EXECUTION_EXACT)
     if limit is None:
@@ -234,36 +234,49 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
     if cron is None:
         value = get(ev.F_CRON)
         cron = None if value is None else _text(value)
-    value = get(ev.F_TRIGGER_AFTER_IDS)
-    value_max_delay = get(ev.F_RETRY_MAX_DELAY)
+    data = get(ev.F_TASK_DATA)
+    if type(data) is not str:
+        data = _data(data)
+    max_retries = get(ev.F_MAX_RETRIES)
+    if type(max_retries) is not int or not 0 <= max_retries < _MAX_EXACT:
+        max_retries = int(_number(max_retries, ev.F_MAX_RETRIES, 3, low=0))
+    retry_count = get(ev.F_RETRY_COUNT)
+    if type(retry_count) is not int or not 0 <= retry_count < _MAX_EXACT:
+        retry_count = int(_number(retry_count, ev.F_RETRY_COUNT, 0, low=0))
+    hours = get(ev.F_RETRY_AFTER_HOURS)
+    if type(hours) is not float or not 0.0 <= hours < _MAX_EXACT:
+        hours = _number(hours, ev.F_RETRY_AFTER_HOURS, 0.0, low=0.0)
+    urgency = get(ev.F_URGENCY)
+    if type(urgency) is not float or not -_MAX_EXACT <= urgency < _MAX_EXACT:
+        urgency = _number(urgency, ev.F_URGENCY, 0.0)
+    webhook_url, pool = get(ev.F_WEBHOOK_URL), get(ev.F_POOL)
+    rate_group, fingerprint = get(ev.F_RATE_GROUP), get(ev.F_FINGERPRINT)
+    backoff, max_delay = get(ev.F_RETRY_BACKOFF), get(ev.F_RETRY_MAX_DELAY)
+    parents = get(ev.F_TRIGGER_AFTER_IDS)
+    has_error = get(ev.F_LAST_ERROR) is not None or get(ev.F_LAST_ERROR_TEXT) is not None
     return build(
         id=task_id,
         type=task_type,
-        data=_data(get(ev.F_TASK_DATA)),
-        max_retries=int(_number(get(ev.F_MAX_RETRIES), ev.F_MAX_RETRIES, 3, low=0)),
-        retry_after_hours=_number(
-            get(ev.F_RETRY_AFTER_HOURS), ev.F_RETRY_AFTER_HOURS, 0.0, low=0.0
-        ),
-        retry_count=int(_number(get(ev.F_RETRY_COUNT), ev.F_RETRY_COUNT, 0, low=0)),
-        urgency=_number(get(ev.F_URGENCY), ev.F_URGENCY, 0.0),
+        data=data,
+        max_retries=max_retries,
+        retry_after_hours=hours,
+        retry_count=retry_count,
+        urgency=urgency,
         execute_at=execute_at,
         retry_after_time=retry_after_time,
         cron=cron,
-        webhook_url=_text(get(ev.F_WEBHOOK_URL)),
+        webhook_url=None if webhook_url is None else _text(webhook_url),
         max_execution_seconds=limit,
-        pool=_text(get(ev.F_POOL)),
-        rate_group=_text(get(ev.F_RATE_GROUP)),
+        pool=None if pool is None else _text(pool),
+        rate_group=None if rate_group is None else _text(rate_group),
         max_per_minute=int(per_minute) or None,
         auto_dedupe=get(ev.F_AUTO_DEDUPE) is True,
-        fingerprint=_text(get(ev.F_FINGERPRINT)),
-        parents=() if value is None else _parents(value),
-        last_error=record_error(record),
+        fingerprint=None if fingerprint is None else _text(fingerprint),
+        parents=() if parents is None else _parents(parents),
+        last_error=record_error(record) if has_error else None,
         created_at=created,
-        retry_backoff=_text(get(ev.F_RETRY_BACKOFF)),
-        retry_max_delay=(
-            None if value_max_delay is None
-            else _positive(value_max_delay, ev.F_RETRY_MAX_DELAY)
-        ),
+        retry_backoff=None if backoff is None else _text(backoff),
+        retry_max_delay=None if max_delay is None else _positive(max_delay, ev.F_RETRY_MAX_DELAY),
         extra=pmap({k: record[k] for k in unknown}) if unknown else _EMPTY,
         order=order,
         attempt=attempt,
@@ -335,4 +348,3 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
     if task.retry_max_delay is not None:
         record[ev.F_RETRY_MAX_DELAY] = task.retry_max_delay
     return record
-

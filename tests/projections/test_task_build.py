@@ -65,3 +65,28 @@ def test_classes_with_post_init_are_refused() -> None:
 
     with pytest.raises(TypeError, match="__post_init__"):
         fast_init(Checked)
+
+
+def test_the_descriptor_fallback_builds_the_same_objects() -> None:
+    from snerd.projections.slots import fast_init
+
+    slow_with, slow_build = fast_init(Task, twin=False)
+    assert _every_field(slow_build(**FULL)) == _every_field(Task(**FULL))
+    changed = slow_with(Task(id="a", type="b"), phase="active", attempt=2)
+    assert _every_field(changed) == _every_field(Task(id="a", type="b", phase="active", attempt=2))
+
+
+def test_built_objects_are_frozen_instances_of_the_class() -> None:
+    import pytest
+
+    for task in (build(**FULL), with_(Task(id="a", type="b"), order=3)):
+        assert type(task) is Task
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            task.order = 5  # type: ignore[misc]
+
+
+def test_with_refuses_a_field_the_class_has_not() -> None:
+    import pytest
+
+    with pytest.raises(AttributeError):
+        with_(Task(id="a", type="b"), colour="red")
