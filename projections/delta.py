@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from snerd.projections.slots import fast_init
+
 
 @dataclass(frozen=True, slots=True)
 class Delta:
@@ -41,6 +43,8 @@ class Delta:
 
 NO_CHANGE = Delta()
 """The delta of a fold that changed nothing (immutable, so shared)."""
+
+_, _build = fast_init(Delta)  # one per fold that changed something
 
 _TUPLES = (
     "ready",
@@ -81,6 +85,7 @@ class DeltaBuilder:
         if not (ready or delayed or blocked or doomed or claimed or released or finished or dead
                 or progress or counted):  # fmt: skip
             return NO_CHANGE
-        return Delta(tuple(ready), tuple(delayed), tuple(blocked), tuple(doomed), tuple(claimed),
-                     tuple(released), tuple(finished), tuple(dead), tuple(progress),
-                     tuple(counted))  # fmt: skip
+        return _build(ready=tuple(ready), delayed=tuple(delayed), blocked=tuple(blocked),
+                      doomed=tuple(doomed), claimed=tuple(claimed), released=tuple(released),
+                      finished=tuple(finished), dead=tuple(dead), progress=tuple(progress),
+                      counted=tuple(counted))  # fmt: skip

@@ -213,15 +213,20 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
     """
     get = record.get
     task_id, task_type = require_ids(record)
-    value = get(ev.F_CREATED_AT)
-    created = None if value is None else _instant(value, ev.F_CREATED_AT)
+    created_text = get(ev.F_CREATED_AT)
+    created = None if created_text is None else _instant(created_text, ev.F_CREATED_AT)
     unknown = () if _KNOWN_FIELDS.issuperset(record) else record.keys() - _KNOWN_FIELDS
+    # The same text as createdAt is the same instant: "none" (see _after_creation).
     value = get(ev.F_EXECUTE_AT)
-    execute_at = None if value is None else _after_creation(value, ev.F_EXECUTE_AT, created)
+    execute_at = (
+        None if value is None or value == created_text
+        else _after_creation(value, ev.F_EXECUTE_AT, created)
+    )  # fmt: skip
     value = get(ev.F_RETRY_AFTER_TIME)
     retry_after_time = (
-        None if value is None else _after_creation(value, ev.F_RETRY_AFTER_TIME, created)
-    )
+        None if value is None or value == created_text
+        else _after_creation(value, ev.F_RETRY_AFTER_TIME, created)
+    )  # fmt: skip
     value = get(ev.F_MAX_PER_MINUTE)
     per_minute = 0.0 if value is None else _number(value, ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
     value = get(ev.F_MAX_EXECUTION_EXACT)
