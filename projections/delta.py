@@ -85,8 +85,10 @@ class DeltaBuilder:
         if not (ready or delayed or blocked or doomed or claimed or released or finished or dead
                 or progress or counted):  # fmt: skip
             return NO_CHANGE
-        delta: Delta = _build(ready=tuple(ready), delayed=tuple(delayed), blocked=tuple(blocked),
-                      doomed=tuple(doomed), claimed=tuple(claimed), released=tuple(released),
-                      finished=tuple(finished), dead=tuple(dead), progress=tuple(progress),
-                      counted=tuple(counted))  # fmt: skip
+        delta: Delta = _build(
+            ready=tuple(ready), delayed=tuple(delayed), blocked=tuple(blocked),
+            doomed=tuple(doomed), claimed=tuple(claimed), released=tuple(released),
+            finished=tuple(finished), dead=tuple(dead), progress=tuple(progress),
+            counted=tuple(counted),
+        )  # fmt: skip
         return delta
