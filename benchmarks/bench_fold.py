@@ -28,6 +28,14 @@ run the measurements above in a process of their own, on the same generated log,
 alternating (REV, now, REV, now, ...) ``--rounds`` times; it prints each tree's
 medians and the ratio now/REV. REV must have ``empty``, ``fold`` and ``bulk_fold``
 (every tree since the projections had a bulk replay).
+
+``--instructions`` (with or without ``--baseline``) counts instead of timing: each
+fold runs under ``valgrind --tool=callgrind`` with ``PYTHONHASHSEED=0``, and the
+instructions of a run that only builds the log and decodes it are subtracted, so the
+figure is the fold's own instructions per record, the same on every run of the same
+tree and interpreter, whatever else the machine is doing (a 2-core VM shared with
+other jobs moves wall-clock figures by 20% and more between runs). Default 40,000
+records; a few minutes.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import gc
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +53,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +247,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child:
         _child(args)
         return
+    if args.instr_child:
+        _instr_child(args)
+        return
+    if args.instructions:
+        _instructions(args)
+        return
     if args.baseline:
         _against(args)
         return
@@ -315,16 +331,21 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
+def _extract(rev: str, into: str) -> None:
+    """The tree at git revision ``rev``, written under ``into`` (``git archive``)."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev],
+                             capture_output=True, check=False)  # fmt: skip
+    if archive.returncode != 0:
+        sys.exit(f"bench_fold: git archive {rev} failed: "
+                 f"{archive.stderr.decode(errors='replace').strip()}")  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="tar")
+
+
 def _against(args: argparse.Namespace) -> None:
     """This tree against the tree at ``args.baseline``, alternating child processes."""
     with tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline],
-                                 capture_output=True, check=False)  # fmt: skip
-        if archive.returncode != 0:
-            sys.exit(f"bench_fold: git archive {args.baseline} failed: "
-                     f"{archive.stderr.decode(errors='replace').strip()}")  # fmt: skip
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(base, filter="tar")
+        _extract(args.baseline, base)
         trees = {args.baseline: base, "now": str(REPO)}
         child = [sys.executable, str(Path(__file__).resolve()), "--child",
                  "--records", str(args.records), "--live", str(args.live),
@@ -359,6 +380,72 @@ def _against(args: argparse.Namespace) -> None:
             " records/s (the same work in both: a check that the rounds are alike)"
         )
 
+# ------------------------------------------------------------ instruction counts
+
+_PARTS = ("setup", "incremental", "bulk")
+
+
+def _instr_child(args: argparse.Namespace) -> None:
+    """Build and decode the log, then run one fold (or none: ``setup``)."""
+    records = [orjson.loads(line) for line in generate(args.records, args.live)]
+    if args.instr_child == "incremental":
+        state, size, start = empty(), 0, 0
+        while start < len(records):
+            size = size % args.max_batch + 1
+            state, _ = fold(state, records[start : start + size])
+            start += size
+    elif args.instr_child == "bulk":
+        bulk_fold(records)
+
+
+def _count(tree: str, part: str, args: argparse.Namespace) -> int:
+    """Instructions of one ``_instr_child`` run of ``part`` on ``tree``."""
+    with tempfile.NamedTemporaryFile(prefix="snerd-fold-cg-") as out:
+        run = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out.name}",
+             sys.executable, str(Path(__file__).resolve()), "--instr-child", part,
+             "--records", str(args.records), "--live", str(args.live),
+             "--max-batch", str(args.max_batch)],
+            env={**os.environ, TREE_ENV: tree, "PYTHONHASHSEED": "0"},
+            capture_output=True, check=False,
+        )  # fmt: skip
+        for line in Path(out.name).read_text().splitlines():
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    sys.exit(f"bench_fold: callgrind failed on {part}: {run.stderr.decode(errors='replace')}")
+
+
+def _instructions(args: argparse.Namespace) -> None:
+    """Instructions per record of each fold, for this tree (and ``--baseline``)."""
+    if shutil.which("valgrind") is None:
+        sys.exit("bench_fold --instructions needs valgrind (apt-get install -y valgrind)")
+    with tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base:
+        trees = {"now": str(REPO)}
+        if args.baseline:
+            _extract(args.baseline, base)
+            trees = {args.baseline: base, **trees}
+        print(f"projection fold, instructions per record (callgrind, {args.records:,} "
+              f"records, batches of 1..{args.max_batch}, python {sys.version.split()[0]}; "
+              "a run that only builds and decodes the log subtracted)")  # fmt: skip
+        jobs = [(name, tree, part) for name, tree in trees.items() for part in _PARTS]
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # one valgrind per CPU
+            done = pool.map(lambda job: _count(job[1], job[2], args), jobs)
+            counts: dict[str, dict[str, int]] = {name: {} for name in trees}
+            for (name, _, part), n in zip(jobs, done, strict=True):
+                counts[name][part] = n
+    names = list(trees)
+    head = "".join(f"{name:>14}" for name in names)
+    ratio = f"{names[0]}/now" if len(names) > 1 else ""
+    print(f"{'':34}{head}{ratio:>18}")
+    for label, part in (("(a) incremental, fold only", "incremental"),
+                        ("(b) bulk replay, fold only", "bulk")):  # fmt: skip
+        per = {n: (counts[n][part] - counts[n]["setup"]) / args.records for n in names}
+        cells = "".join(f"{per[n]:14,.0f}" for n in names)
+        tail = f"{per[names[0]] / per['now']:17.2f}x" if len(names) > 1 else ""
+        print(f"{label:34}{cells}{tail}  instructions/record")
+    if len(names) > 1:
+        print(f"  {ratio} above 1: this tree folds a record in fewer instructions than {names[0]}")
+
 
 def _seconds(run: list[float], fold_only: bool) -> float:
     """Fold seconds, or decode + fold seconds, of one (a)/(b) run (decode, fold, live)."""
@@ -367,7 +454,8 @@ def _seconds(run: list[float], fold_only: bool) -> float:
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--records", type=int, default=200_000, help="log records (default 200,000)")
+    p.add_argument("--records", type=int,
+                   help="log records (default 200,000; 40,000 with --instructions)")  # fmt: skip
     p.add_argument("--live", type=int, default=3000, help="tasks unfinished at the end (about)")
     p.add_argument("--max-batch", type=int, default=3, help="incremental batch sizes 1..K")
     p.add_argument("--rounds", type=int, default=3, help="runs per figure (median)")
@@ -377,8 +465,17 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="REV",
         help="also measure the tree at git revision REV; print ratios now/REV",
     )
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per record under callgrind instead of timing",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    p.add_argument("--instr-child", choices=_PARTS, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.records is None:
+        args.records = 40_000 if args.instructions else 200_000
+    return args
 
 
 if __name__ == "__main__":
