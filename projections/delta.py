@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from snerd.projections.slots import fast_init
@@ -60,20 +60,22 @@ _TUPLES = (
 )
 
 
-@dataclass(slots=True)
 class DeltaBuilder:
-    """A mutable delta local to one fold call."""
+    """A mutable delta local to one fold call (one per fold: empty lists, no factories)."""
 
-    ready: list[str] = field(default_factory=list)
-    delayed: list[str] = field(default_factory=list)
-    blocked: list[str] = field(default_factory=list)
-    doomed: list[str] = field(default_factory=list)
-    claimed: list[str] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
-    dead: list[str] = field(default_factory=list)
-    progress: list[tuple[str, Any]] = field(default_factory=list)
-    counted: list[tuple[str, Any]] = field(default_factory=list)
+    __slots__ = _TUPLES
+
+    def __init__(self) -> None:
+        self.ready: list[str] = []
+        self.delayed: list[str] = []
+        self.blocked: list[str] = []
+        self.doomed: list[str] = []
+        self.claimed: list[str] = []
+        self.released: list[str] = []
+        self.finished: list[str] = []
+        self.dead: list[str] = []
+        self.progress: list[tuple[str, Any]] = []
+        self.counted: list[tuple[str, Any]] = []
 
     def __bool__(self) -> bool:
         return any(getattr(self, n) for n in _TUPLES)

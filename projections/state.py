@@ -35,6 +35,7 @@ from pyrsistent.typing import PSet as PSetT
 from snerd.projections import heap
 from snerd.projections.counters import CounterKey, Hist, HistKey
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
+from snerd.projections.events import decode
 from snerd.projections.pmaps import assoc, get
 from snerd.projections.rules import phase_for
 from snerd.projections.slots import fast_init
@@ -83,18 +84,26 @@ def empty() -> QueueState:
 
 def fold(state: QueueState, records: Iterable[Mapping[str, Any]]) -> tuple[QueueState, Delta]:
     """Apply records in order; return the new state and what changed."""
-    from snerd.projections.events import decode
-
     return fold_events(state, map(decode, records))
 
 
 def fold_events(state: QueueState, events: Iterable[Any]) -> tuple[QueueState, Delta]:
     """:func:`fold` for records already decoded into events (``events.decode``)."""
+    folder = (_folder or _load_folder())(state)
+    folder.feed(events)
+    result: tuple[QueueState, Delta] = folder.finish()
+    return result
+
+
+_folder: Any = None  # apply.Folder, which imports this module: loaded on the first fold
+
+
+def _load_folder() -> Any:
+    global _folder
     from snerd.projections.apply import Folder
 
-    folder = Folder(state)
-    folder.feed(events)
-    return folder.finish()
+    _folder = Folder
+    return Folder
 
 
 def apply(state: QueueState, record: Mapping[str, Any]) -> tuple[QueueState, Delta]:
