@@ -20,6 +20,9 @@ from snerd.errors import LogError
 
 Record = dict[str, Any]
 """One decoded log line. The log stamps ``seq`` on records it writes."""
+Snapshot = Iterable[Record] | Callable[[], Iterable[Record]]
+"""What :meth:`EventLog.compact` takes: the listener's state as records, or a function
+returning them (called when the compaction takes its point: the safe form)."""
 
 T = TypeVar("T")
 
@@ -107,12 +110,17 @@ class EventLog(abc.ABC):
         """Deliver records appended by others since the last read; return how many."""
 
     @abc.abstractmethod
-    async def compact(self, snapshot: Iterable[Record]) -> None:
+    async def compact(self, snapshot: Snapshot) -> None:
         """Replace the log by ``snapshot`` plus whatever was appended after it.
 
-        ``snapshot`` must describe the listener's state at the moment of the call
-        (the fold of every record delivered so far). The old file is kept in the
-        archive so audit tools can still read the full history.
+        ``snapshot`` must describe the listener's state (the fold of every record
+        delivered so far) at the moment the compaction takes its point, which is when
+        the call *begins to run*. A function is called right then, so it always does
+        (:func:`snapshot_list`). An iterable built earlier does only if nothing was
+        delivered in between: a call handed to a task (``asyncio.gather``,
+        ``create_task``) begins a loop turn later, and a write queued meanwhile would
+        be in neither the snapshot nor the tail. The old file is kept in the archive so
+        audit tools can still read the full history.
         """
 
     def prune_archives(self, *, max_age_ms: int | None, max_bytes: int | None,
@@ -147,3 +155,8 @@ class EventLog(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Stop following and release every lock and handle; idempotent."""
+
+
+def snapshot_list(snapshot: Snapshot) -> list[Record]:
+    """The records of a :data:`Snapshot` (calling it, when it is a function)."""
+    return list(snapshot() if callable(snapshot) else snapshot)

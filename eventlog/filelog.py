@@ -24,7 +24,15 @@ from pathlib import Path
 
 from snerd.errors import LogError
 from snerd.eventlog import compaction, index, locking
-from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
+from snerd.eventlog.base import (
+    LogListener,
+    LogStats,
+    Record,
+    SkippedLine,
+    Snapshot,
+    StorageUnavailable,
+    snapshot_list,
+)
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_chained, decode_complete, split_complete
 from snerd.eventlog.history import iter_history
@@ -400,7 +408,7 @@ class FileLog(BatchingLog):
 
     # ------------------------------------------------------------ compaction
 
-    async def compact(self, snapshot: Iterable[Record]) -> None:
+    async def compact(self, snapshot: Snapshot) -> None:
         """Replace the log by ``snapshot`` + what follows the current point; archive the old.
 
         The point (offset and last seq) is taken synchronously on entry; ``snapshot``
@@ -420,7 +428,7 @@ class FileLog(BatchingLog):
             self._skipped,
             self._chain_head,
         )
-        records = list(snapshot)
+        records = snapshot_list(snapshot)  # a function is called now, at the point
         async with self._compact_lock:
             if self._generation != point.generation or self._closing:
                 return

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from snerd.errors import LogError
-from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine
+from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, Snapshot, snapshot_list
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_complete
 from snerd.eventlog.compaction import snapshot_header, snapshot_lines
@@ -169,12 +169,12 @@ class MemoryLog(BatchingLog):
 
     # ------------------------------------------------------------ compaction
 
-    async def compact(self, snapshot: Iterable[Record]) -> None:
+    async def compact(self, snapshot: Snapshot) -> None:
         """Replace the store's lines by header + snapshot + tail; archive the old lines."""
         self._check_usable()
         pos, last_seq, generation = self._pos + len(self._staged), self._last_seq, self._generation
         records_at, skipped_at = self._records, self._skipped
-        records = list(snapshot)
+        records = snapshot_list(snapshot)  # a function is called now, at the point
         head = self._chain_head
         async with self._exclusive():
             if self._generation != generation:

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,15 @@ import psycopg
 from psycopg.pq.abc import PGresult
 
 from snerd.errors import LogError
-from snerd.eventlog.base import LogListener, LogStats, Record, SkippedLine, StorageUnavailable
+from snerd.eventlog.base import (
+    LogListener,
+    LogStats,
+    Record,
+    SkippedLine,
+    Snapshot,
+    StorageUnavailable,
+    snapshot_list,
+)
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import decode_complete
 from snerd.eventlog.compaction import snapshot_header, snapshot_lines
@@ -600,7 +608,7 @@ class PostgresLog(BatchingLog):
 
     # ------------------------------------------------------------ compaction
 
-    async def compact(self, snapshot: Iterable[Record]) -> None:
+    async def compact(self, snapshot: Snapshot) -> None:
         """Replace the live rows by header + snapshot + the rows after the point, in one
         transaction; the old rows move to ``snerd.archive_log``. Abandoned silently if
         the log was compacted elsewhere (or replayed) meanwhile."""
@@ -617,7 +625,7 @@ class PostgresLog(BatchingLog):
             self._last_seq, self._epoch, self._records, self._skipped,
             self._chain_head,
         )  # fmt: skip
-        records = list(snapshot)
+        records = snapshot_list(snapshot)  # a function is called now, at the point
         async with self._compact_lock:
             if self._epoch != point.epoch or self._closing:
                 return

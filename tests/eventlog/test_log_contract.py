@@ -185,6 +185,18 @@ async def test_compaction_keeps_state_and_the_other_instance_goes_on(open_log: O
     assert a.stats().records == b.stats().records == 1 + 1 + 1  # header, snapshot, z
 
 
+async def test_a_snapshot_function_is_taken_at_the_point(open_log: OpenLog) -> None:
+    """A write queued before a compaction that runs as a task (a loop turn later) is in
+    the snapshot or the tail when the snapshot is a function: called at the point."""
+    a, rec_a = await open_log(follow=False)
+    await a.append(recs(*(f"k{i}" for i in range(20))))
+    queued = a.submit(lambda: (recs("queued"), "acked"))  # runs before the compaction
+    assert await asyncio.gather(a.compact(rec_a.snapshot), queued) == [None, "acked"]
+    _, fresh = await open_log(follow=False)
+    expected = {f"k{i}" for i in range(20)} | {"queued"}
+    assert set(fresh.state) == set(rec_a.state) == expected
+
+
 async def test_compaction_with_concurrent_appends_loses_nothing(open_log: OpenLog) -> None:
     a, rec_a = await open_log(follow=False)
     b, _ = await open_log(follow=False)
