@@ -90,3 +90,15 @@ def test_with_refuses_a_field_the_class_has_not() -> None:
 
     with pytest.raises(AttributeError):
         with_(Task(id="a", type="b"), colour="red")
+
+
+def test_built_objects_pickle_copy_and_replace_like_the_dataclass() -> None:
+    import copy
+    import pickle
+
+    built = with_(build(**{**FULL, "extra": {}}), order=7)
+    made = Task(**{**FULL, "extra": {}, "order": 7})
+    assert pickle.loads(pickle.dumps(built)) == made
+    assert copy.deepcopy(built) == made
+    assert dataclasses.replace(built, phase="ready") == dataclasses.replace(made, phase="ready")
+    assert hash(build(id="a", type="b", order=3)) == hash(Task(id="a", type="b", order=3))
