@@ -380,6 +380,7 @@ def _against(args: argparse.Namespace) -> None:
             " records/s (the same work in both: a check that the rounds are alike)"
         )
 
+
 # ------------------------------------------------------------ instruction counts
 
 _PARTS = ("setup", "incremental", "bulk")

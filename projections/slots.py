@@ -34,20 +34,19 @@ def fast_init(cls: type, *, twin: bool = True) -> tuple[Callable[..., Any], Call
         raise TypeError(f"{cls.__name__} must be a dataclass with slots=True")
     defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
     fill_class = type(f"_{cls.__name__}Fill", (), {"__slots__": tuple(names)})
-    fast = twin and _twin_works(cls, fill_class, names)
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_twin": fill_class}
-    namespace.update({f"_s_{n}": getattr(cls, n).__set__ for n in names})
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
     namespace.update({f"_d_{n}": v for n, v in defaults.items()})
-    if fast:
-        fill = [f"    new.{n} = {n}" for n in names]
-        copy = [f"    new.{n} = obj.{n}" for n in names]
-        start, finish = "    new = _new(_twin)", ["    new.__class__ = _cls"]
+    if twin and _twin_works(cls, fill_class, names):
+        namespace["_twin"] = fill_class
+        store, start = "    new.{0} = {1}", "    new = _new(_twin)"
+        finish = ["    new.__class__ = _cls"]
         apply = "        setattr(new, name, value)"  # unknown names: AttributeError
     else:
-        fill = [f"    _s_{n}(new, {n})" for n in names]
-        copy = [f"    _s_{n}(new, obj.{n})" for n in names]
-        start, finish = "    new = _new(_cls)", []
+        namespace.update({f"_s_{n}": getattr(cls, n).__set__ for n in names})
+        store, start, finish = "    _s_{0}(new, {1})", "    new = _new(_cls)", []
         apply = "        getattr(_cls, name).__set__(new, value)"
+    fill = [store.format(n, n) for n in names]
+    copy = [store.format(n, f"obj.{n}") for n in names]
     params = [n if n not in defaults else f"{n}=_d_{n}" for n in names]
     lines = ["def build(*, " + ", ".join(params) + "):", start, *fill, *finish, "    return new"]
     lines += ["def with_(obj, /, **changes):", start, *copy,
