@@ -8,10 +8,10 @@ from snerd.errors import LogError
 from snerd.eventlog.postgres.connect import connect_sync, ensure_schema_sync, unavailable
 from snerd.eventlog.postgres.history import raw_lines
 from snerd.eventlog.postgres.schema import CHANNEL, SCHEMA, lock_key, notify_payload
-from snerd.eventlog.postgres.sql import ARCHIVE_HEAD, INSERT
+from snerd.eventlog.postgres.sql import ARCHIVE_HEAD, INSERT, LISTED
 from snerd.eventlog.postgres.url import parse
 
-_ARCHIVES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s ORDER BY name"
+_ARCHIVES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s AND {LISTED} ORDER BY name"
 _ANY = (
     f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.log WHERE queue = %s)"
     f" OR EXISTS (SELECT 1 FROM {SCHEMA}.archives WHERE queue = %s)"

@@ -18,12 +18,13 @@ from snerd.eventlog.codec import decode_complete
 from snerd.eventlog.history import in_order, merge_history
 from snerd.eventlog.postgres.connect import connect_sync, unavailable
 from snerd.eventlog.postgres.schema import SCHEMA
+from snerd.eventlog.postgres.sql import LISTED
 from snerd.eventlog.postgres.url import PgTarget, parse
 
 Item = Record | SkippedLine
 CHUNK = 10_000
 
-_ARCHIVES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s ORDER BY name"
+_ARCHIVES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s AND {LISTED} ORDER BY name"
 _ARCHIVE = (
     f"SELECT pos, line FROM {SCHEMA}.archive_log WHERE queue = %s AND name = %s AND pos > %s"
     f" ORDER BY pos LIMIT {CHUNK}"
@@ -107,7 +108,7 @@ def describe(url: str) -> tuple[bool, int, int]:
 _DESCRIBE = (
     f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.queues WHERE queue = %s),"
     f" (SELECT coalesce(sum(length(line)), 0) FROM {SCHEMA}.log WHERE queue = %s),"
-    f" (SELECT count(*) FROM {SCHEMA}.archives WHERE queue = %s)"
+    f" (SELECT count(*) FROM {SCHEMA}.archives WHERE queue = %s AND {LISTED})"
 )
 
 

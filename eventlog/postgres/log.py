@@ -109,6 +109,19 @@ LISTEN_BACKOFF_MAX = 5.0
 """Seconds before reconnecting a lost LISTEN connection (doubling, capped)."""
 
 @dataclass(frozen=True, slots=True)
+class _Archive:
+    """A compaction's archive, named and pending, holding the rows up to ``upto``."""
+
+    name: str
+    ts: int
+    upto: int
+
+
+class _Abandoned(Exception):
+    """The rows copied ahead are not the queue's any more (compacted elsewhere)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Doubt:
     """A batch sent with COMMIT whose reply never came: ``lines`` from ``pos`` on."""
 
@@ -609,9 +622,13 @@ class PostgresLog(BatchingLog):
     # ------------------------------------------------------------ compaction
 
     async def compact(self, snapshot: Snapshot) -> None:
-        """Replace the live rows by header + snapshot + the rows after the point, in one
-        transaction; the old rows move to ``snerd.archive_log``. Abandoned silently if
-        the log was compacted elsewhere (or replayed) meanwhile."""
+        """Replace the live rows by header + snapshot + the rows after the point; the old
+        rows move to ``snerd.archive_log``. Most of them are copied before the queue's
+        lock is taken (:meth:`_archive_ahead`), so that the lock is held only for the
+        rows written since, the delete and the snapshot's insert: appends of every
+        daemon wait for that, not for a copy of the whole log. Abandoned silently if the
+        log was compacted elsewhere (or replayed) meanwhile, or another daemon is
+        compacting this queue right now."""
         self._check_usable()
         if self.degraded or self._fault is not None:
             log.info("compaction skipped while recovering from: %s", self._fault)
@@ -629,30 +646,80 @@ class PostgresLog(BatchingLog):
         async with self._compact_lock:
             if self._epoch != point.epoch or self._closing:
                 return
+            side: Conn | None = None
+            archive: _Archive | None = None
             try:
+                side = await connect(self.target)
+                archive = await self._archive_ahead(side, point)
+                if archive is None:
+                    return
+                lines = self._snapshot_lines(point, records, archive)  # before the lock too
                 async with self._exclusive():
                     if self._epoch != point.epoch:
                         return  # someone else compacted first; our snapshot is stale
-                    await self._compact_locked(point, records)
-            except StorageUnavailable as exc:
+                    await self._compact_locked(point, lines, archive)
+                    archive = None  # installed
+            except (StorageUnavailable, psycopg.Error) as exc:
+                if isinstance(exc, psycopg.Error):
+                    exc = unavailable(self.target, exc)
                 raise LogError(f"compaction of {self.target.display} failed: {exc}") from exc
+            finally:
+                if side is not None:
+                    if archive is not None:  # abandoned: its pending copy goes now
+                        with contextlib.suppress(psycopg.Error):
+                            await side.execute(sql.DROP_ARCHIVE_PENDING,
+                                               (self.queue, archive.name))  # fmt: skip
+                    await _close_quietly(side)  # lets COMPACT_LOCK go
 
-    async def _compact_locked(self, point: _Point, records: list[Record]) -> None:
-        conn = self._connection()
+    async def _archive_ahead(self, side: Conn, point: _Point) -> _Archive | None:
+        """On ``side`` (a connection of the compaction's own, outside the queue's lock):
+        take the queue's compaction lock for the rest of the compaction (None if
+        another daemon holds it), drop what compactions that died left pending, name
+        the archive and copy into it, pending, the rows read so far."""
+        key = lock_key("compact", self.queue)
+        row = await (await side.execute(sql.COMPACT_LOCK, (key,))).fetchone()
+        if row is None or not row[0]:
+            log.info("compaction skipped: another daemon is compacting %s", self.target.display)
+            return None
+        upto, generation = self._pos, self._generation  # committed lines of this generation
         ts = time.time_ns() // 1_000_000
         try:
-            cur = await conn.execute(sql.ARCHIVE_NAMES, (self.queue, ts))
-            taken = {row[0] for row in await cur.fetchall()}
-            name, n = archive_name(ts, point.last_seq), 0
-            while name in taken:
-                n += 1
-                name = archive_name(ts, point.last_seq, n)
-            origin = self.chain.tag.decode() + point.chain_head.hex()
-            header = snapshot_header(point.last_seq, ts, name, len(records), origin)
-            lines = list(snapshot_lines(header, records, self.chain, point.chain_head))
+            async with side.transaction():
+                await side.execute(sql.DROP_PENDING, (self.queue,))
+                cur = await side.execute(sql.ARCHIVE_NAMES, (self.queue, ts))
+                taken = {row[0] for row in await cur.fetchall()}
+                name, n = archive_name(ts, point.last_seq), 0
+                while name in taken:
+                    n += 1
+                    name = archive_name(ts, point.last_seq, n)
+                await side.execute(sql.ARCHIVE_PENDING, (self.queue, name, ts))
+                copied = await side.execute(
+                    sql.ARCHIVE_UPTO, (name, self.queue, upto, self.queue, generation)
+                )
+                if copied.rowcount != upto:  # compacted elsewhere since: not our rows
+                    raise _Abandoned
+        except _Abandoned:
+            return None
+        return _Archive(name, ts, upto)
+
+    def _snapshot_lines(self, point: _Point, records: list[Record],
+                        archive: _Archive) -> list[bytes]:  # fmt: skip
+        """The new log's first lines: its header (naming ``archive``), then the snapshot,
+        chained on from the head at the point."""
+        origin = self.chain.tag.decode() + point.chain_head.hex()
+        header = snapshot_header(point.last_seq, archive.ts, archive.name, len(records), origin)
+        return list(snapshot_lines(header, records, self.chain, point.chain_head))
+
+    async def _compact_locked(self, point: _Point, lines: list[bytes],
+                              archive: _Archive) -> None:  # fmt: skip
+        """Under the queue's lock: the rows written since the copy into the archive, which
+        is then listed; the live rows replaced by ``lines`` and the tail after the point."""
+        conn = self._connection()
+        name = archive.name
+        try:
             async with conn.pipeline():
-                await conn.execute(sql.ARCHIVE_HEAD, (self.queue, name, ts, self._byte_pos))
-                await conn.execute(sql.ARCHIVE_LINES, (name, self.queue))
+                await conn.execute(sql.ARCHIVE_AFTER, (name, self.queue, archive.upto))
+                await conn.execute(sql.ARCHIVE_DONE, (self._byte_pos, self.queue, name))
                 await conn.execute(sql.CLEAR, (self.queue,))
                 await conn.execute(sql.INSERT, (self.queue, 0, lines))
                 await conn.execute(sql.COPY_TAIL, (point.pos, len(lines), self.queue, name,

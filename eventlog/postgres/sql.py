@@ -37,10 +37,36 @@ ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 
 ARCHIVE_NAMES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s AND ts_ms = %s"
 ARCHIVE_HEAD = f"INSERT INTO {SCHEMA}.archives (queue, name, ts_ms, bytes) VALUES (%s, %s, %s, %s)"
-ARCHIVE_LINES = (
-    f"INSERT INTO {SCHEMA}.archive_log (queue, name, pos, line)"
-    f" SELECT queue, %s, pos, line FROM {SCHEMA}.log WHERE queue = %s"
+
+# A compaction copies the old rows into its archive before it takes the queue's lock
+# (``specs/log-storage.md`` §12): under a lock of its own (``COMPACT_LOCK``, held by a
+# connection of its own for the whole compaction), in a transaction of its own, the rows
+# read so far go into an archive whose head says ``bytes = -1`` (PENDING: no reader
+# lists it); under the queue's lock, only the rows after them are copied, and the head
+# gets its size. A pending head is a compaction in progress, or one that died: the next
+# compaction (holding COMPACT_LOCK, so none is in progress) deletes those first.
+PENDING: int = -1
+COMPACT_LOCK = "SELECT pg_try_advisory_lock(%s)"
+DROP_PENDING = f"DELETE FROM {SCHEMA}.archives WHERE queue = %s AND bytes = {PENDING}"
+ARCHIVE_PENDING = (
+    f"INSERT INTO {SCHEMA}.archives (queue, name, ts_ms, bytes) VALUES (%s, %s, %s, {PENDING})"
 )
+ARCHIVE_UPTO = (
+    f"INSERT INTO {SCHEMA}.archive_log (queue, name, pos, line)"
+    f" SELECT queue, %s, pos, line FROM {SCHEMA}.log WHERE queue = %s AND pos <= %s"
+    f" AND (SELECT generation FROM {SCHEMA}.queues WHERE queue = %s) = %s"
+)
+"""The rows up to a pos, if the queue is still at that generation (one snapshot)."""
+ARCHIVE_AFTER = (
+    f"INSERT INTO {SCHEMA}.archive_log (queue, name, pos, line)"
+    f" SELECT queue, %s, pos, line FROM {SCHEMA}.log WHERE queue = %s AND pos > %s"
+)
+ARCHIVE_DONE = f"UPDATE {SCHEMA}.archives SET bytes = %s WHERE queue = %s AND name = %s"
+DROP_ARCHIVE_PENDING = (
+    f"DELETE FROM {SCHEMA}.archives WHERE queue = %s AND name = %s AND bytes = {PENDING}"
+)
+LISTED = f"bytes <> {PENDING}"
+"""The condition of an archive that readers list (a pending one is not there yet)."""
 CLEAR = f"DELETE FROM {SCHEMA}.log WHERE queue = %s"
 COPY_TAIL = (
     f"INSERT INTO {SCHEMA}.log (queue, pos, line)"
@@ -51,5 +77,8 @@ BUMP = (
     f"UPDATE {SCHEMA}.queues SET generation = generation + 1 WHERE queue = %s"
     " RETURNING generation"
 )
-ARCHIVE_SIZES = f"SELECT name, ts_ms, bytes FROM {SCHEMA}.archives WHERE queue = %s ORDER BY name"
+ARCHIVE_SIZES = (
+    f"SELECT name, ts_ms, bytes FROM {SCHEMA}.archives WHERE queue = %s AND {LISTED}"
+    " ORDER BY name"
+)
 DROP_ARCHIVE = f"DELETE FROM {SCHEMA}.archives WHERE queue = %s AND name = %s"

@@ -508,3 +508,141 @@ async def test_a_compaction_begun_while_a_batch_commits_counts_the_batchs_lines(
     assert puts == ["a", "b", "c", "d"]  # each once: no line repeated by the tail copy
     report = verify_logs(chain_logs(backend.url))
     assert report.breaks == [] and report.older_links == 0
+
+
+# --- compaction copies the archive before it takes the queue's lock ----------------------
+
+
+def _archives(queue: str) -> list[tuple[str, int, int]]:
+    """(name, bytes, rows) of every archive head of ``queue``, pending ones too."""
+    import psycopg
+
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT a.name, a.bytes, (SELECT count(*) FROM snerd.archive_log l"
+            " WHERE l.queue = a.queue AND l.name = a.name)"
+            " FROM snerd.archives a WHERE a.queue = %s ORDER BY a.name",
+            (queue,),
+        ).fetchall()
+    return [(str(n), int(b), int(c)) for n, b, c in rows]
+
+
+def _puts(url: str) -> list[str]:
+    from snerd.eventlog.postgres.history import iter_pg_history
+
+    return [r["k"] for r in iter_pg_history(url) if r.get("event") == "put"]
+
+
+async def test_a_compaction_copies_the_old_rows_before_it_takes_the_queues_lock(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy of the whole log into its archive (the bulk of a compaction: ~200 ms
+    for 10,000 rows) is made outside the queue's lock, so appends of every daemon go on
+    meanwhile; under the lock only the rows written since are copied. While it is
+    pending, no reader lists the archive (each record is read once)."""
+    from snerd.eventlog.chain import verify_logs
+    from snerd.eventlog.postgres.log import PostgresLog
+    from snerd.eventlog.postgres.sql import PENDING
+    from snerd.eventlog.storage import chain_logs
+
+    log, rec = await _open(backend, logs, follow=False)
+    peer, _ = await _open(backend, logs, follow=False)
+    await log.append(recs("a", "b", "c"))
+    copied, go = asyncio.Event(), asyncio.Event()
+    real = PostgresLog._archive_ahead
+
+    async def paused(self: PostgresLog, side: Any, point: Any) -> Any:
+        archive = await real(self, side, point)
+        copied.set()
+        await go.wait()
+        return archive
+
+    monkeypatch.setattr(PostgresLog, "_archive_ahead", paused)
+    compacting = asyncio.ensure_future(log.compact(rec.snapshot()))
+    await copied.wait()
+    [(name, size, rows)] = _archives(backend.queue)
+    assert (size, rows) == (PENDING, 3)  # the rows read so far, copied, not listed
+    assert await _lock_is_free(log)  # the queue's lock is not held meanwhile
+    await asyncio.wait_for(peer.append(recs("d")), 10)  # another writer appends
+    assert _puts(backend.url) == ["a", "b", "c", "d"]  # each once: the copy is not read
+    go.set()
+    await compacting
+    [(name2, size, rows)] = _archives(backend.queue)
+    assert name2 == name and size > 0 and rows == 4  # "d" copied under the lock
+    await log.append(recs("e"))
+    assert _puts(backend.url) == ["a", "b", "c", "d", "e"]
+    assert rec.snapshot() and [r["k"] for r in rec.records][-1] == "e"
+    report = verify_logs(chain_logs(backend.url))
+    assert report.breaks == [] and report.older_links == 0
+
+
+async def test_a_pending_archive_left_by_a_dead_compaction_is_unread_then_dropped(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """A compaction that died after its copy leaves a pending archive: readers skip it
+    (history, describe, retention), and the next compaction drops it."""
+    import psycopg
+
+    from snerd.eventlog.postgres.history import describe
+    from snerd.eventlog.postgres.sql import PENDING
+
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("a", "b"))
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO snerd.archives (queue, name, ts_ms, bytes) VALUES (%s, 'dead', 1, %s)",
+            (backend.queue, PENDING),
+        )
+        conn.execute(
+            "INSERT INTO snerd.archive_log (queue, name, pos, line)"
+            " SELECT queue, 'dead', pos, line FROM snerd.log WHERE queue = %s",
+            (backend.queue,),
+        )
+    assert _puts(backend.url) == ["a", "b"]
+    assert describe(backend.url)[2] == 0  # no archive listed
+    assert log.prune_archives(max_age_ms=0, max_bytes=0, now_ms=10**13) == 0
+    await log.compact(rec.snapshot())
+    assert [(n, b > 0, c) for n, b, c in _archives(backend.queue)][0][1:] == (True, 2)
+    assert len(_archives(backend.queue)) == 1  # the dead one's copy is gone
+    assert _puts(backend.url) == ["a", "b"]
+
+
+async def test_a_compaction_skips_while_another_daemon_compacts_the_queue(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """Compactions of one queue take turns (a lock of their own, not the queue's): one
+    that finds another in progress is skipped; the thresholds ask again later."""
+    import psycopg
+
+    from snerd.eventlog.postgres.schema import lock_key
+
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("a", "b"))
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", (lock_key("compact", backend.queue),))
+        await log.compact(rec.snapshot())
+        assert _archives(backend.queue) == []  # skipped: nothing archived or replaced
+        await asyncio.wait_for(log.append(recs("c")), 10)  # appends are not held up
+    await log.compact(rec.snapshot())  # the other session ended: its lock went with it
+    assert len(_archives(backend.queue)) == 1
+    assert _puts(backend.url) == ["a", "b", "c"]
+
+
+async def test_a_copy_made_for_another_generation_abandons_the_compaction(
+    backend: PostgresBackend, logs: list[EventLog]
+) -> None:
+    """The copy ahead holds only rows of the generation the compaction read: if the
+    queue was replaced since (an older daemon's compaction, a migrate), the compaction
+    is abandoned and leaves no archive behind, pending or listed."""
+    import psycopg
+
+    log, rec = await _open(backend, logs, follow=False)
+    await log.append(recs("a", "b"))
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE snerd.queues SET generation = generation + 1 WHERE queue = %s",
+            (backend.queue,),
+        )
+    await log.compact(rec.snapshot())
+    assert _archives(backend.queue) == []
+    assert _puts(backend.url) == ["a", "b"]
