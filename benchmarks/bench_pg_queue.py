@@ -17,6 +17,13 @@ the same invocation:
     enqueued concurrently (``asyncio.gather``) after the worker runs (goal: ours at
     least 3x). procrastinate gets a database of its own, created and dropped here.
 
+(D) (only with ``--only D``; no goal in the issue) a compaction's stall: the longest
+    durable append of a second writer while a ``PostgresLog`` compacts a queue of
+    ``--compact-rows`` rows, against the same writer's longest append just before; and
+    that stall as a share of the compaction's own time (what a queue lock held for the
+    whole compaction would cost every writer). The BRIEF: compaction "never stalls
+    dispatch for long".
+
 Both sides of every ratio run back to back in each round, in alternating order; rates
 are medians, ratios medians of the per-round ratios. Every queue is fresh (rows deleted
 after). The server and both sides share the machine (say so when quoting figures).
@@ -305,6 +312,68 @@ async def ours(url: str, n: int) -> float:
         drop_queue(url, queue)
 
 
+# ------------------------------------------------------- (D) compaction's stall
+
+
+class _Quiet:
+    """A listener that keeps nothing."""
+
+    def on_records(self, records: Any) -> None:
+        pass
+
+    def on_reset(self) -> None:
+        pass
+
+    def on_skipped(self, skipped: Any) -> None:
+        pass
+
+
+async def compaction_stall(url: str, rows: int) -> tuple[float, float, float]:
+    """(seconds the compaction took, the other writer's longest durable append while
+    it ran, that writer's longest append in as long a time just before)."""
+    from benchmarks.bench_pg import _enqueued
+
+    queue = f"bench-{uuid.uuid4().hex[:12]}"
+    qurl = _queue_url(url, queue)
+    compactor, writer = PostgresLog(qurl, follow=False), PostgresLog(qurl, follow=False)
+    await compactor.open(_Quiet())
+    await writer.open(_Quiet())
+    try:
+        records = [_enqueued(i, 0, 0) for i in range(rows)]
+        for i in range(0, rows, 500):
+            await compactor.append(records[i : i + 500])
+        await writer.catch_up()
+        took: list[float] = []
+        running = True
+
+        async def append_on() -> None:
+            k = 0
+            while running:
+                t0 = time.perf_counter()
+                await writer.append([_enqueued(rows + k, 0, 0)])
+                took.append(time.perf_counter() - t0)
+                k += 1
+
+        appending = asyncio.get_running_loop().create_task(append_on())
+        t0 = time.perf_counter()
+        await asyncio.sleep(0.05)
+        while time.perf_counter() - t0 < 0.5 and len(took) < 20:
+            await asyncio.sleep(0.01)
+        quiet_for, seen = time.perf_counter() - t0, len(took)
+        t1 = time.perf_counter()
+        await compactor.compact(lambda: records[-300:])
+        compaction = time.perf_counter() - t1
+        if (left := quiet_for - compaction) > 0:
+            await asyncio.sleep(left)  # as long a window after it began as before
+        running = False
+        await appending
+        return compaction, max(took[seen:]), max(took[:seen])
+    finally:
+        await compactor.close()
+        await writer.close()
+        drop_queue(url, queue)
+
+
 # ------------------------------------------------------------------- report
 
 
@@ -336,6 +405,11 @@ async def _round(args: argparse.Namespace, work: Path, figures: Figures, r: int)
         ]
         for key, run in order(runs):
             put(key, await run())
+    if "D" in args.only:
+        compaction, during, quiet = await compaction_stall(args.url, args.compact_rows)
+        put("D/compaction", compaction)
+        put("D/during", during)
+        put("D/quiet", quiet)
 
 
 def _report(figures: Figures, args: argparse.Namespace) -> None:
@@ -367,6 +441,14 @@ def _report(figures: Figures, args: argparse.Namespace) -> None:
         print(f"(C) {args.peer_tasks:,} no-op tasks, enqueued concurrently, {WORKERS} workers")
         line("procrastinate (worker first, concurrency 8)", "C/peer", "tasks/s", "(1.00x)")
         line("snerd.Queue(URL, max_workers=8)", "C/ours", "tasks/s", ratio("C/ours", "C/peer", 3))
+    if "D" in args.only:
+        print(f"(D) a compaction of {args.compact_rows:,} rows while another writer appends")
+        ms = {k: 1000 * v for k, v in med.items() if k.startswith("D/")}
+        print(f"  {'the compaction':<50}: {ms['D/compaction']:9,.1f} ms")
+        print(f"  {'the longest append of the writer, before it':<50}: {ms['D/quiet']:9,.1f} ms")
+        print(f"  {'the longest append of the writer, while it ran':<50}: {ms['D/during']:9,.1f} ms"
+              f"  ({ratio('D/during', 'D/quiet')} before; "
+              f"{ratio('D/during', 'D/compaction')} of the compaction)")  # fmt: skip
 
 
 def _report_a(line: Callable[..., None], ratio: Callable[..., str], med: dict[str, float],
@@ -420,6 +502,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="one round, 1,000 tasks in (B)")
     p.add_argument("--only", default="ABC", type=str.upper,
                    help="the figures to run, e.g. A or BC (default: %(default)s)")  # fmt: skip
+    p.add_argument("--compact-rows", type=int, default=30_000,
+                   help="(D) rows of the log compacted (default %(default)s)")  # fmt: skip
     p.add_argument("--dir", help="parent of the daemons' working dirs (default: <repo>/../tmp)")
     args = p.parse_args(argv)
     if args.quick:
