@@ -185,9 +185,13 @@ class Dispatcher:
 
     def executor_for(self, task: Task) -> Executor | None:
         for executor in self.engine.executors:
-            if executor.accepts(task):
+            if executor.accepts(task.type, task.webhook_url):
                 return executor
         return None
+
+    def runs_here(self, task_type: str, webhook_url: str | None) -> bool:
+        """Whether an executor here takes tasks of that type and webhook URL."""
+        return any(ex.accepts(task_type, webhook_url) for ex in self.engine.executors)
 
     def _begin(self, run: Run) -> None:
         e = self.engine

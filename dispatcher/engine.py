@@ -366,7 +366,7 @@ class Engine:
             return decision.records, decision.outcome
 
         enqueued: asyncio.Future[EnqueueOutcome] = self.log.submit(enqueue, durable=True)
-        if not self._may_claim():
+        if not self._may_claim() or not self._may_run_at_once(cmd):
             if reply is not None:
                 enqueued.add_done_callback(reply)
             return enqueued
@@ -416,6 +416,16 @@ class Engine:
         self.dispatcher.unreserve(reserved)
         reserved.clear()
         self.dispatcher.wake()
+
+    def _may_run_at_once(self, cmd: Enqueue) -> bool:
+        """Whether the task ``cmd`` enqueues may be claimable here as soon as it is in:
+        an executor here takes it, and it is not scheduled for later. (Else a claim
+        behind it would plan in vain, under the lock, once per enqueue: a producer that
+        runs nothing itself, or a burst of delayed tasks. Work it does make runnable
+        still wakes the dispatcher through its fold.)"""
+        if cmd.cron or (cmd.execute_at is not None and cmd.execute_at > self.clock.now()):
+            return False
+        return self.dispatcher.runs_here(cmd.task_type, cmd.webhook_url)
 
     def _may_claim(self) -> bool:
         return (

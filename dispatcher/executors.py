@@ -51,8 +51,10 @@ class Executor(Protocol):
     def task_types(self) -> Collection[str]:
         """The task types registered here (for ``stats``; a webhook executor has none)."""
 
-    def accepts(self, task: Task) -> bool:
-        """Whether this executor can run the task (its type is registered here)."""
+    def accepts(self, task_type: str, webhook_url: str | None) -> bool:
+        """Whether this executor can run a task of that type and webhook URL (its type
+        is registered here, say): only these two fields decide, so the engine can ask
+        before a task exists (an enqueue that nothing here runs claims nothing)."""
 
     def start(self, run: Run, outcomes: Outcomes) -> None:
         """Begin the attempt; report through ``outcomes.finish`` when it ends."""
@@ -135,8 +137,8 @@ class HandlerExecutor:
     def task_types(self) -> Collection[str]:
         return self.handlers.keys()
 
-    def accepts(self, task: Task) -> bool:
-        return task.type in self.handlers
+    def accepts(self, task_type: str, webhook_url: str | None) -> bool:
+        return task_type in self.handlers
 
     def start(self, run: Run, outcomes: Outcomes) -> None:
         handler = self.handlers[run.task.type]

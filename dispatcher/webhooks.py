@@ -17,7 +17,6 @@ import orjson
 from snerd.dispatcher.executors import Outcomes, Run, decode_data
 from snerd.eventlog.base import Record
 from snerd.projections import events as ev
-from snerd.projections.task import Task
 
 log = logging.getLogger("snerd.webhooks")
 
@@ -44,8 +43,8 @@ class WebhookExecutor:
     def task_types(self) -> Collection[str]:
         return ()  # it runs any task with a webhook_url, whatever its type
 
-    def accepts(self, task: Task) -> bool:
-        return bool(task.webhook_url)
+    def accepts(self, task_type: str, webhook_url: str | None) -> bool:
+        return bool(webhook_url)
 
     def start(self, run: Run, outcomes: Outcomes) -> None:
         run.handle = asyncio.get_running_loop().create_task(self._execute(run, outcomes))

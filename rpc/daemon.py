@@ -27,7 +27,6 @@ from snerd.eventlog.base import Record
 from snerd.eventlog.batching import GIVE_UP_SECONDS
 from snerd.eventlog.storage import open_liveness, open_log, redact
 from snerd.projections import events as ev
-from snerd.projections.task import Task
 from snerd.rpc import logs
 from snerd.rpc import protocol as p
 from snerd.rpc.handlers import answer, answer_enqueue, answer_progress, answer_result
@@ -53,8 +52,8 @@ class Session:
     def task_types(self) -> Collection[str]:
         return self.registered
 
-    def accepts(self, task: Task) -> bool:
-        return task.type in self.registered and not task.webhook_url
+    def accepts(self, task_type: str, webhook_url: str | None) -> bool:
+        return task_type in self.registered and not webhook_url
 
     def start(self, run: Run, outcomes: Outcomes) -> None:
         line = p.execute(

@@ -295,3 +295,31 @@ async def test_a_backlog_of_types_run_elsewhere_costs_no_pass(
     assert len(harness.calls) == 20
     assert plans == [1] * 20
     assert set(engine.state.tasks) == {f"elsewhere{i}" for i in range(3)}
+
+
+async def test_enqueues_nothing_here_runs_or_due_later_plan_no_claim(
+    harness: Harness, monkeypatch
+) -> None:
+    """An enqueue queues a claim behind it only when its task may run here at once: a
+    producer that runs nothing itself, or a burst of delayed tasks, plans nothing under
+    the lock (a claim behind each of 5,000 such enqueues made them 1.6x dearer). What
+    does become runnable still runs: the delayed tasks when they come due."""
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    plans = _count_plans(monkeypatch)
+    await asyncio.gather(
+        *(engine.enqueue(Enqueue(f"other{i}", "other", task_data="{}")) for i in range(10)),
+        *(engine.enqueue(_enqueue(f"later{i}", execute_at=harness.clock.now() + 60))
+          for i in range(5)),  # fmt: skip
+        engine.enqueue(_enqueue("cron", cron="*/5 * * * *")),
+    )
+    await settle(engine, lambda: len(engine.state.tasks) == 16)
+    await _passes_run()
+    # no claim behind any of them; at most the one pass that arms the delayed ones' timer
+    assert len(plans) <= 1 and not any(plans)
+    harness.clock.advance(61)
+    await settle(engine, lambda: len(harness.calls) == 5)
+    assert sorted(task_id for _, task_id, _ in harness.calls) == [f"later{i}" for i in range(5)]
+    await engine.enqueue(_enqueue("now"))  # a task run here, due now: claimed behind it
+    await settle(engine, lambda: len(harness.calls) == 6)
+    assert plans[-1] == 1
