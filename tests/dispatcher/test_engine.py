@@ -307,10 +307,10 @@ async def test_enqueues_nothing_here_runs_or_due_later_plan_no_claim(
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
     plans = _count_plans(monkeypatch)
+    due = harness.clock.now() + 60
     await asyncio.gather(
         *(engine.enqueue(Enqueue(f"other{i}", "other", task_data="{}")) for i in range(10)),
-        *(engine.enqueue(_enqueue(f"later{i}", execute_at=harness.clock.now() + 60))
-          for i in range(5)),  # fmt: skip
+        *(engine.enqueue(_enqueue(f"later{i}", execute_at=due)) for i in range(5)),
         engine.enqueue(_enqueue("cron", cron="*/5 * * * *")),
     )
     await settle(engine, lambda: len(engine.state.tasks) == 16)
