@@ -138,6 +138,7 @@ class Engine:
         self._snapshot_seq: int | None = None  # the seq the live log's snapshot covers
         self._hurry = asyncio.Event()
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
+        self._claims_queued = 0  # claims behind requests, submitted, not decided yet
         self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
@@ -402,13 +403,23 @@ class Engine:
         once written, else :meth:`_unclaim`. A claim decided when earlier ones took
         every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
         reserved: Claimed = []
+        queued = [True]  # counted in _claims_queued until it is decided (or never is)
+
+        def decided(_: object = None) -> None:
+            if queued[0]:
+                queued[0] = False
+                self._claims_queued -= 1
 
         def claim() -> tuple[list[Record], Claimed]:
+            decided()
             records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
             reserved.extend(claimed)
             return records, claimed
 
-        return self.log.submit(claim, durable=False), reserved
+        future: asyncio.Future[Claimed] = self.log.submit(claim, durable=False)
+        self._claims_queued += 1
+        future.add_done_callback(decided)
+        return future, reserved
 
     def _unclaim(self, reserved: Claimed) -> None:
         """The claims behind a request were not written: nothing to begin; the
@@ -428,9 +439,13 @@ class Engine:
         return self.dispatcher.runs_here(cmd.task_type, cmd.webhook_url)
 
     def _may_claim(self) -> bool:
+        """Whether a claim behind the request just submitted may find a free slot: one
+        beyond those the claims queued before it (not decided yet) will take. (A burst
+        of 5,000 enqueues queued 5,000 claims behind them, of which 8 claimed: each of
+        the others a request run under the lock, to plan nothing.)"""
         return (
             not self.draining and not self.config.passive and self.dispatcher.started
-            and self.dispatcher.capacity() > 0
+            and self.dispatcher.capacity() > self._claims_queued
         )  # fmt: skip
 
     async def read(self, query: Callable[[], T]) -> T:
