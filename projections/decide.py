@@ -9,6 +9,7 @@ which also holds the one encoder of each event's record).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +36,7 @@ from snerd.projections.events import Event, decode
 from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
-from snerd.projections.state import QueueState, advance
+from snerd.projections.state import QueueState, advance, fold
 from snerd.projections.task import Task, build, task_to_record, with_
 
 Record = dict[str, Any]
@@ -145,6 +146,35 @@ def enqueue(
         return [full_state(ev.ENQUEUED, task, now, daemon)], None
     task = replace(task, extra=pmap({ev.F_UNKNOWN_PARENTS: list(unknown)}))
     return [full_state(ev.ENQUEUED, task, now, daemon)], UnknownParents(unknown)
+
+
+def decide_enqueues(
+    state: QueueState, commands: Sequence[Enqueue], *, now: float, daemon: str
+) -> list[Decision]:
+    """Each command's :func:`decide`, in order, each against the state after the records
+    of the ones before it: what deciding them one at a time and folding each gives,
+    with one fold for the whole run where it can. A command that cannot meet an earlier
+    one of the run (another task id, no dedupe digest in common, no parents) is decided
+    against the state before the run; the first that might meet one gets the state with
+    the run's records so far folded in."""
+    decisions: list[Decision] = []
+    base = state
+    pending: list[Record] = []  # decided since ``base``
+    ids: set[str] = set()
+    digests: set[str] = set()
+    for cmd in commands:
+        digest = fingerprint(cmd.task_type, cmd.task_data) if cmd.auto_dedupe else None
+        if pending and (cmd.task_id in ids or cmd.trigger_after_ids or digest in digests):
+            base = fold(base, pending)[0]
+            pending, ids, digests = [], set(), set()
+        decision = decide(base, cmd, now=now, daemon=daemon)
+        decisions.append(decision)
+        if decision.records:
+            pending.extend(decision.records)
+            ids.add(cmd.task_id)
+            if digest is not None:
+                digests.add(digest)
+    return decisions
 
 
 def _cycle(state: QueueState, task_id: str, parents: tuple[str, ...]) -> str | None:
