@@ -39,7 +39,7 @@ from snerd.projections.commands import (
     Requeue,
     check_result,
 )
-from snerd.projections.decide import decide, owns
+from snerd.projections.decide import decide, decide_enqueues, owns
 from snerd.projections.delta import Delta
 from snerd.projections.events import Event, decode
 from snerd.projections.replay import BulkFolder
@@ -139,6 +139,7 @@ class Engine:
         self._hurry = asyncio.Event()
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
         self._claims_queued = 0  # claims behind requests, submitted, not decided yet
+        self._run: _EnqueueRun | None = None  # the enqueues last submitted as one request
         self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
@@ -360,17 +361,23 @@ class Engine:
         task: the daemon answers each line from a callback. Once submitted, the enqueue
         is written whether or not anyone still waits for the future. ``reply`` (if
         given) is called with the resolved future first thing, then the attempt starts
-        in the same callback (one loop iteration for the ack and the ``execute``)."""
+        in the same callback (one loop iteration for the ack and the ``execute``).
+
+        An enqueue that needs no claim behind it joins the enqueues submitted right
+        before it, if nothing else was submitted since and they have not run yet: a
+        burst is decided as one run (:func:`~snerd.projections.decide.decide_enqueues`)
+        and folded once, not once per enqueue."""
+        if not self._may_claim() or not self._may_run_at_once(cmd):
+            enqueued = self._enqueue_in_run(cmd)
+            if reply is not None:
+                enqueued.add_done_callback(reply)
+            return enqueued
 
         def enqueue() -> tuple[list[Record], Any]:  # an enqueue never dead-letters
             decision = decide(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
             return decision.records, decision.outcome
 
-        enqueued: asyncio.Future[EnqueueOutcome] = self.log.submit(enqueue, durable=True)
-        if not self._may_claim() or not self._may_run_at_once(cmd):
-            if reply is not None:
-                enqueued.add_done_callback(reply)
-            return enqueued
+        enqueued = self.log.submit(enqueue, durable=True)
         claiming, reserved = self._claim_behind()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[EnqueueOutcome] = loop.create_future()
@@ -394,6 +401,29 @@ class Engine:
 
         claiming.add_done_callback(settle)
         return done
+
+    def _enqueue_in_run(self, cmd: Enqueue) -> asyncio.Future[EnqueueOutcome]:
+        """Queue ``cmd`` in the run of enqueues submitted last, or in a new one: one
+        request, decided under the lock as a whole, each member's outcome its own."""
+        run = self._run
+        if run is None or not run.open or run.submitted != self.log.submitted:
+            run = self._run = _EnqueueRun()
+
+            def decide_run(run: _EnqueueRun = run) -> tuple[list[Record], Any]:
+                run.started = True
+                if self._run is run:
+                    self._run = None
+                decisions = decide_enqueues(self.state, run.commands, now=self.clock.now(),
+                                            daemon=self.daemon)  # fmt: skip
+                return [r for d in decisions for r in d.records], [d.outcome for d in decisions]
+
+            run.request = self.log.submit(decide_run, durable=True)
+            run.request.add_done_callback(run.settle)
+            run.submitted = self.log.submitted
+        future: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
+        run.commands.append(cmd)
+        run.futures.append(future)
+        return future
 
     def _claim_behind(self) -> tuple[asyncio.Future[Claimed], Claimed]:
         """Submit the claims the plan makes for this engine's free slots, right behind
@@ -643,6 +673,39 @@ class Engine:
             max_bytes=size, now_ms=int(self.clock.now() * 1000),
         )  # fmt: skip
 
+
+
+class _EnqueueRun:
+    """Enqueues submitted one after another with nothing in between: one request."""
+
+    __slots__ = ("commands", "futures", "request", "started", "submitted")
+
+    def __init__(self) -> None:
+        self.commands: list[Enqueue] = []
+        self.futures: list[asyncio.Future[EnqueueOutcome]] = []
+        self.request: asyncio.Future[list[EnqueueOutcome]] | None = None
+        self.started = False  # decided (under the lock): it takes no more members
+        self.submitted = -1  # the log's request count right after this one was queued
+
+    @property
+    def open(self) -> bool:
+        """Whether it may take more members: not decided yet, and not ended either (a
+        batch refused before its commands ran, after a storage fault, ends it too)."""
+        return not self.started and self.request is not None and not self.request.done()
+
+    def settle(self, written: asyncio.Future[list[EnqueueOutcome]]) -> None:
+        """Each member's outcome, in order (or the batch's error, for every member)."""
+        self.started = True
+        failed = None if written.cancelled() else written.exception()
+        for i, future in enumerate(self.futures):
+            if future.done():
+                continue
+            if written.cancelled():
+                future.cancel()
+            elif failed is not None:
+                future.set_exception(failed)
+            else:
+                future.set_result(written.result()[i])
 
 
 def _copy(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:

@@ -80,6 +80,10 @@ class LogListener(Protocol):
 class EventLog(abc.ABC):
     """An append-only, shared, followable sequence of records."""
 
+    submitted: int = 0
+    """Requests queued so far by :meth:`submit`, :meth:`transact` and :meth:`append`: a
+    caller that notes it after queuing can tell whether anything was queued since."""
+
     @abc.abstractmethod
     async def open(self, listener: LogListener) -> None:
         """Replay every existing record through ``listener``, then follow new ones."""
@@ -99,6 +103,7 @@ class EventLog(abc.ABC):
         """:meth:`transact`, queued now: commands submitted in one turn of the event loop
         run in submission order in one batch (one lock hold, one write, one fsync), each
         seeing the records of those before it already delivered to the listener."""
+        self.submitted += 1
         return asyncio.ensure_future(self.transact(command, durable=durable))
 
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:

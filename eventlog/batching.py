@@ -457,6 +457,7 @@ class BatchingLog(EventLog):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._queue.append(_Request(command, records, durable, future))
+        self.submitted += 1
         if self._writer is None:
             self._writer = loop.create_task(self._drain())
         return future

@@ -349,3 +349,66 @@ async def test_a_burst_of_enqueues_queues_claims_only_for_the_free_slots(
     gate.set()
     await settle(engine, lambda: len(harness.calls) == 20 and not engine.state.tasks)
     assert sorted(task_id for _, task_id, _ in harness.calls) == sorted(f"f{i}" for i in range(20))
+
+
+async def test_a_burst_of_enqueues_is_decided_as_one_run_each_with_its_own_outcome(
+    harness: Harness,
+) -> None:
+    """Enqueues submitted one after another with nothing in between (and no claim
+    behind them) go to the log as one request, decided and folded as one run; each
+    caller still gets its own outcome: a duplicate id refused, a dedupe verdict, the
+    parents it will not wait for."""
+    from snerd.projections import decide as cmds
+
+    engine = await harness.engine({})  # runs nothing: no claim behind any enqueue
+    await settle(engine, lambda: True)
+    before = engine.log.submitted
+    outcomes = await asyncio.gather(
+        *(engine.enqueue(_enqueue(f"r{i}")) for i in range(10)),
+        engine.enqueue(_enqueue("r3")),  # a duplicate of one of the run
+        engine.enqueue(Enqueue("d1", "t", task_data='{"same":1}', auto_dedupe=True)),
+        engine.enqueue(Enqueue("d2", "t", task_data='{"same":1}', auto_dedupe=True)),
+        engine.enqueue(_enqueue("child", trigger_after_ids=("r1", "nobody"))),
+    )
+    assert engine.log.submitted == before + 1  # one request for the 14 enqueues
+    assert outcomes[:10] == [None] * 10
+    assert isinstance(outcomes[10], cmds.Refusal) and outcomes[10].code == "duplicate_task"
+    assert outcomes[11] is None
+    assert outcomes[12] == cmds.Deduplicated("d1")
+    assert outcomes[13] == cmds.UnknownParents(("nobody",))
+    assert set(engine.state.tasks) == {*(f"r{i}" for i in range(10)), "d1", "child"}
+    assert engine.state.tasks["child"].phase == "blocked"  # it waits on r1, in the run
+
+
+async def test_enqueues_after_a_run_refused_by_a_storage_fault_are_answered(
+    harness: Harness, monkeypatch
+) -> None:
+    """A run of enqueues whose batch the storage refused before it was decided is over:
+    the enqueues after it start a run of their own and get their answers (a refusal
+    while the log backs off), not a wait for ever (a deadlock found by the daemon test
+    that cuts PostgreSQL connections under load)."""
+    import contextlib
+
+    from snerd.errors import LogError
+    from snerd.eventlog.base import StorageUnavailable
+
+    engine = await harness.engine({})
+    log: Any = engine.log
+    real = type(log)._exclusive
+    failing = [True]
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self: Any) -> Any:
+        if failing[0]:
+            failing[0] = False
+            raise StorageUnavailable("the disk went away")
+        async with real(self):
+            yield
+
+    monkeypatch.setattr(type(log), "_exclusive", exclusive)
+    first = await asyncio.gather(*(engine.enqueue(_enqueue(f"a{i}")) for i in range(3)),
+                                 return_exceptions=True)  # fmt: skip
+    assert all(isinstance(r, StorageUnavailable) for r in first), first
+    for i in range(3):  # each answered (refused while the log backs off), none left waiting
+        with contextlib.suppress(LogError):
+            await asyncio.wait_for(engine.enqueue(_enqueue(f"b{i}")), 5)
