@@ -8,14 +8,16 @@ from snerd.errors import LogError
 from snerd.eventlog.postgres.connect import connect_sync, ensure_schema_sync, unavailable
 from snerd.eventlog.postgres.history import raw_lines
 from snerd.eventlog.postgres.schema import CHANNEL, SCHEMA, lock_key, notify_payload
-from snerd.eventlog.postgres.sql import ARCHIVE_HEAD, INSERT, LISTED
+from snerd.eventlog.postgres.sql import ARCHIVE_HEAD, DROP_PENDING, INSERT, LISTED
 from snerd.eventlog.postgres.url import parse
 
 _ARCHIVES = f"SELECT name FROM {SCHEMA}.archives WHERE queue = %s AND {LISTED} ORDER BY name"
 _ANY = (
     f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.log WHERE queue = %s)"
-    f" OR EXISTS (SELECT 1 FROM {SCHEMA}.archives WHERE queue = %s)"
+    f" OR EXISTS (SELECT 1 FROM {SCHEMA}.archives WHERE queue = %s AND {LISTED})"
 )
+"""Whether the queue holds anything (a pending archive, left by a compaction that died
+on an otherwise empty queue, does not count: it is dropped on install)."""
 _ARCHIVE_LINES = (
     f"INSERT INTO {SCHEMA}.archive_log (queue, name, pos, line)"
     " SELECT %s, %s, t.n, t.line FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(line, n)"
@@ -52,6 +54,7 @@ def write_queue(url: str, archives: Archives, live: list[bytes]) -> None:
                 if row is not None and row[0]:
                     raise LogError(f"{target.display} already holds a queue; migrate only into"
                                    " an empty one")  # fmt: skip
+                conn.execute(DROP_PENDING, (target.queue,))
                 for name, lines in archives:
                     ts = _archive_ts(name)
                     conn.execute(ARCHIVE_HEAD, (target.queue, name, ts, sum(map(len, lines))))

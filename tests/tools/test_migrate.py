@@ -115,3 +115,34 @@ def test_a_migrated_queue_runs_on_postgres(tmp_path: Path, url: str) -> None:
         return done
 
     assert asyncio.run(run()) == ["ran"]
+
+
+def test_a_queue_holding_only_a_dead_compactions_pending_archive_counts_as_empty(
+    tmp_path: Path, url: str
+) -> None:
+    """A compaction that died on an otherwise empty queue leaves a pending archive: it
+    holds no history (no reader lists it), so migrating into that queue is allowed and
+    drops it."""
+    import psycopg
+
+    from snerd.eventlog.postgres.sql import PENDING
+    from snerd.eventlog.postgres.url import parse
+
+    queue = parse(url).queue
+    src = tmp_path / "src"
+    asyncio.run(_seed(src))
+    cli = CliRunner()
+    assert cli.invoke(migrate, [str(src), url]).exit_code == 0  # creates the tables
+    pgkit.drop_queue(queue)
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO snerd.archives (queue, name, ts_ms, bytes) VALUES (%s, 'dead', 1, %s)",
+            (queue, PENDING),
+        )
+    result = cli.invoke(migrate, [str(src), url])
+    assert result.exit_code == 0, result.output
+    with psycopg.connect(pgkit.PG_URL, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute(
+            "SELECT name FROM snerd.archives WHERE queue = %s", (queue,)).fetchall()]  # fmt: skip
+    assert "dead" not in names
+    assert _replayed(cli, url) == _replayed(cli, str(src))
