@@ -51,6 +51,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from benchmarks.bench_daemon import Stdio
+from benchmarks.bench_log import _Count, _enqueued
 from benchmarks.bench_pg import (
     CONCURRENCY,
     DEFAULT_URL,
@@ -315,29 +316,14 @@ async def ours(url: str, n: int) -> float:
 # ------------------------------------------------------- (D) compaction's stall
 
 
-class _Quiet:
-    """A listener that keeps nothing."""
-
-    def on_records(self, records: Any) -> None:
-        pass
-
-    def on_reset(self) -> None:
-        pass
-
-    def on_skipped(self, skipped: Any) -> None:
-        pass
-
-
 async def compaction_stall(url: str, rows: int) -> tuple[float, float, float]:
     """(seconds the compaction took, the other writer's longest durable append while
     it ran, that writer's longest append in as long a time just before)."""
-    from benchmarks.bench_pg import _enqueued
-
     queue = f"bench-{uuid.uuid4().hex[:12]}"
     qurl = _queue_url(url, queue)
     compactor, writer = PostgresLog(qurl, follow=False), PostgresLog(qurl, follow=False)
-    await compactor.open(_Quiet())
-    await writer.open(_Quiet())
+    await compactor.open(_Count())
+    await writer.open(_Count())
     try:
         records = [_enqueued(i, 0, 0) for i in range(rows)]
         for i in range(0, rows, 500):

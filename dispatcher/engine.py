@@ -433,11 +433,12 @@ class Engine:
         once written, else :meth:`_unclaim`. A claim decided when earlier ones took
         every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
         reserved: Claimed = []
-        queued = [True]  # counted in _claims_queued until it is decided (or never is)
+        queued = True  # counted in _claims_queued until it is decided (or never is)
 
         def decided(_: object = None) -> None:
-            if queued[0]:
-                queued[0] = False
+            nonlocal queued
+            if queued:
+                queued = False
                 self._claims_queued -= 1
 
         def claim() -> tuple[list[Record], Claimed]:
@@ -695,7 +696,6 @@ class _EnqueueRun:
 
     def settle(self, written: asyncio.Future[list[EnqueueOutcome]]) -> None:
         """Each member's outcome, in order (or the batch's error, for every member)."""
-        self.started = True
         failed = None if written.cancelled() else written.exception()
         for i, future in enumerate(self.futures):
             if future.done():
