@@ -12,7 +12,11 @@ this one process:
   same lines;
 - (a) the incremental fold as the engine uses it: ``fold(state, batch)`` from
   ``empty()``, on batches of 1..K records (cycling 1, 2, ..., K) as records arrive;
-- (b) the bulk replay used at start-up: ``bulk_fold(records)``.
+- (b) the bulk replay used at start-up: ``bulk_fold(records)``;
+- (c) the start-up replay end to end, as a daemon opens its storage: the lines
+  written to a storage directory's log, then ``FileLog.open`` with a listener that
+  feeds a ``BulkFolder`` (the log's own reading and decoding included), and the same
+  open with a listener that only counts (the read path alone).
 
 Decoding (orjson, the same decoder the log uses) is timed apart from folding in (a)
 and (b), so the figures say where the time goes: each line is decoded in chunks
@@ -41,6 +45,7 @@ records; a few minutes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import io
 import json
@@ -62,7 +67,8 @@ if __package__ in (None, ""):  # run as a script: make the repo (or that tree) i
 
 import orjson
 
-from snerd.projections.replay import bulk_fold
+from snerd.eventlog.filelog import FileLog
+from snerd.projections.replay import BulkFolder, bulk_fold
 from snerd.projections.state import empty, fold
 
 REPO = Path(__file__).resolve().parents[1]
@@ -231,6 +237,48 @@ def _bulk(lines: Sequence[bytes]) -> tuple[float, float, int]:
     return decoder.seconds, total - decoder.seconds, len(state.tasks)
 
 
+class _Listener:
+    """What ``FileLog.open`` delivers to: counts records and, given a folder, feeds it."""
+
+    def __init__(self, folder: Any = None) -> None:
+        self.folder = folder
+        self.records = 0
+
+    def on_records(self, records: Sequence[Record]) -> None:
+        self.records += len(records)
+        if self.folder is not None:
+            self.folder.feed(records)
+
+    def on_reset(self) -> None:
+        raise AssertionError("a replay of a quiet log never resets")
+
+    def on_skipped(self, skipped: Any) -> None:
+        raise AssertionError(f"a generated line was skipped: {skipped}")
+
+
+def _startup(lines: Sequence[bytes]) -> tuple[float, float, int]:
+    """(read s, read + fold s, live tasks) of ``FileLog.open`` over the lines."""
+    with tempfile.TemporaryDirectory(prefix="snerd-fold-startup-", dir=REPO.parent) as raw:
+        storage = Path(raw)
+        (storage / "tasks").mkdir()
+        (storage / "tasks" / "tasks.log").write_bytes(b"\n".join(lines) + b"\n")
+
+        async def open_with(listener: _Listener) -> tuple[float, int]:
+            log = FileLog(storage, fsync=False, follow=False)
+            gc.collect()
+            t0 = time.perf_counter()
+            await log.open(listener)
+            live = len(listener.folder.finish().tasks) if listener.folder is not None else 0
+            seconds = time.perf_counter() - t0
+            await log.close()
+            assert listener.records == len(lines), listener.records
+            return seconds, live
+
+        read, _ = asyncio.run(open_with(_Listener()))
+        total, live = asyncio.run(open_with(_Listener(BulkFolder())))
+        return read, total - read, live
+
+
 def _median(run: Callable[[], Any], rounds: int) -> list[Any]:
     results = []
     for _ in range(rounds):
@@ -281,6 +329,10 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"batches of 1..{args.max_batch}")  # fmt: skip
     _line("(b) bulk replay", args, n, json_s, orjson_s,
           _median(lambda: _bulk(lines), args.rounds), "bulk_fold")  # fmt: skip
+    _line("(c) start-up replay", args, n, json_s, orjson_s,
+          _median(lambda: _startup(lines), args.rounds),
+          "FileLog.open feeding a BulkFolder; 'decode': the open with a counting listener",
+          )  # fmt: skip
 
 
 def _line(
@@ -327,6 +379,7 @@ def _child(args: argparse.Namespace) -> None:
         "orjson": _orjson_loop(lines),
         "a": _incremental(lines, args.max_batch),
         "b": _bulk(lines),
+        "c": _startup(lines),
     }
     print(json.dumps(figures))
 
@@ -368,6 +421,8 @@ def _against(args: argparse.Namespace) -> None:
         ("(a) incremental, decode + fold", "a", False),
         ("(b) bulk replay, fold only", "b", True),
         ("(b) bulk replay, decode + fold", "b", False),
+        ("(c) start-up, FileLog.open + fold", "c", False),
+        ("(c) start-up, of which the fold", "c", True),
     ):
         rate = {name: n / statistics.median(_seconds(r[key], fold_only) for r in rs)
                 for name, rs in runs.items()}  # fmt: skip
