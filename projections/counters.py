@@ -28,7 +28,7 @@ from typing import Any, Final, TypeAlias
 
 from snerd.projections.fields import COUNTERS, F_COUNTS, F_EVENT, F_HISTOGRAMS
 
-BUCKETS: Final = (
+BUCKETS: Final[tuple[float, ...]] = (
     0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
     21600.0, 86400.0,
 )  # fmt: skip

@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 import orjson
 
+from snerd.projections import fields as _fields
 from snerd.projections.counters import CounterKey, Hist, HistKey, parse_counts, parse_histograms
 from snerd.projections.fields import *  # noqa: F403  (the log's vocabulary, re-exported)
 from snerd.projections.fields import (
@@ -63,6 +64,11 @@ from snerd.projections.fields import (
     SUCCEEDED,
 )
 from snerd.projections.task import Task, task_from_record
+
+# A compiled build (mypyc, ``setup.py``) binds a star import's names for this module's
+# own code only; this puts the vocabulary in the module's namespace, as the
+# interpreter's star import does (``events.F_TASK_ID`` works in both).
+globals().update({k: v for k, v in vars(_fields).items() if k.isupper()})
 
 Record: TypeAlias = Mapping[str, Any]
 
