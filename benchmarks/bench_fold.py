@@ -395,17 +395,33 @@ def _extract(rev: str, into: str) -> None:
         tar.extractall(into, filter="tar")
 
 
+def _compiled_copy(into: str) -> str:
+    """A copy of this tree with the modules a wheel compiles (``setup.py``: mypyc)
+    built in place, as ``pip install .`` would run them."""
+    tree = os.path.join(into, "tree")
+    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.so", "__pycache__", ".hypothesis"))  # fmt: skip
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                          cwd=tree, capture_output=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        sys.exit(f"bench_fold: the compiled build failed: {done.stderr.decode()[-2000:]}")
+    return tree
+
+
 def _against(args: argparse.Namespace) -> None:
     """This tree against the tree at ``args.baseline``, alternating child processes."""
-    with tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base:
+    with (tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base,
+          tempfile.TemporaryDirectory(prefix="snerd-fold-now-") as built):  # fmt: skip
         _extract(args.baseline, base)
-        trees = {args.baseline: base, "now": str(REPO)}
+        trees = {args.baseline: base, "now": _compiled_copy(built) if args.compiled else str(REPO)}
         child = [sys.executable, str(Path(__file__).resolve()), "--child",
                  "--records", str(args.records), "--live", str(args.live),
                  "--max-batch", str(args.max_batch)]  # fmt: skip
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"projection fold, {args.baseline} against this tree ({args.records:,} records, "
+        built_note = ", this tree compiled as a wheel builds it" if args.compiled else ""
+        print(f"projection fold, {args.baseline} against this tree{built_note} "
+              f"({args.records:,} records, "
               f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load}; "
               f"{args.rounds} alternating rounds, each tree in its own process; "
               "medians)")  # fmt: skip
@@ -525,6 +541,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--instructions",
         action="store_true",
         help="count instructions per record under callgrind instead of timing",
+    )
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="with --baseline: measure this tree with the modules a wheel compiles "
+        "(setup.py, mypyc) built, in a copy of the tree",
     )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--instr-child", choices=_PARTS, help=argparse.SUPPRESS)
