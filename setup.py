@@ -15,8 +15,10 @@ Not compiled:
 - a machine without a C compiler: the extensions are optional, so the build goes on
   with the interpreted modules (setuptools prints why).
 
-``python setup.py build_ext --inplace`` builds them into a checkout (CI tests that
-build in a copy of the tree: ``.ci/run``); delete the ``.so`` files to go back.
+``python setup.py build_ext --inplace`` builds them into a checkout (``bench_fold
+--compiled`` does, in a copy of the tree); delete the ``.so`` files to go back.
+``.ci/run`` runs the suite a second time against the extensions of a wheel built as
+pip builds it.
 """
 
 from __future__ import annotations
