@@ -34,7 +34,7 @@ from snerd.projections.events import (
 from snerd.projections.events import (
     record_time as record_time,
 )
-from snerd.projections.evolve import Entry, step, step_all, tally
+from snerd.projections.evolve import Entry, Tables, step, step_all, tally
 from snerd.projections.pmaps import (
     EMPTY_SET,
     assoc,
@@ -57,11 +57,11 @@ from snerd.projections.state import (
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane, Task, with_
 
 
-class Folder:
+class Folder(Tables):
     """Applies records to a :class:`QueueState` and collects the :class:`Delta`."""
 
     __slots__ = ("any_doomed", "by_daemon", "counted", "counters", "delta", "dirty", "dlq",
-                 "doomed", "fingerprints", "histograms", "invalid", "lanes", "last_seq", "n",
+                 "doomed", "fingerprints", "histograms", "lanes",
                  "observations", "refs", "tasks", "timers", "windows")  # fmt: skip
 
     def __init__(self, state: QueueState) -> None:

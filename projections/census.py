@@ -20,7 +20,7 @@ to the full summary. Property tests check both agree on every log the census tak
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -138,7 +138,7 @@ class Census:
         """The places of every record of the tasks live now, in log order."""
         return sorted(k for positions in self.live.values() for k in positions)
 
-    def finish(self, live_records: Iterable[Mapping[str, Any]], now: float | None) -> Tally:
+    def finish(self, live_records: Iterable[dict[str, Any]], now: float | None) -> Tally:
         """The tally, given the records at :meth:`live_places` (in that order)."""
         folder = BulkFolder()
         folder.feed(live_records)

@@ -70,7 +70,7 @@ from snerd.projections.task import Task, task_from_record
 # interpreter's star import does (``events.F_TASK_ID`` works in both).
 globals().update({k: v for k, v in vars(_fields).items() if k.isupper()})
 
-Record: TypeAlias = Mapping[str, Any]
+Record: TypeAlias = dict[str, Any]
 
 MAX_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant RFC 3339 writes
 MAX_SEQ: Final = 2**53 - 1  # the largest seq a writer continues from (eventlog's bound too)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from snerd.projections import events as ev
 from snerd.projections.counters import LATENCY, RUN_TIME, CounterKey, Hist, HistKey
 from snerd.projections.delta import Delta
@@ -70,37 +72,56 @@ class Entry(Protocol):
     def claim(self) -> Claim | None: ...
 
 
-class Tables(Protocol):
+@mypyc_attr(allow_interpreted_subclasses=True)
+class Tables:
     """A fold's working copy, as the rules see it. ``n`` counts the records folded (the
-    FIFO order of a task written now); ``count`` hears every counter an event bumps."""
+    FIFO order of a task written now); ``count`` hears every counter an event bumps.
+
+    A base class rather than a protocol: compiled (``setup.py``), the rules then call
+    the bulk folder's methods through its vtable, not by attribute lookup. The engine's
+    interpreted ``apply.Folder`` subclasses it too, which the decorator allows.
+    """
+
+    __slots__ = ("invalid", "last_seq", "n")
 
     n: int
     last_seq: int
     invalid: int
 
-    def entry(self, task_id: str) -> Entry | None: ...
+    def entry(self, task_id: str) -> Entry | None:
+        raise NotImplementedError
 
-    def upsert(self, event: TaskStateEvent, attempt: int) -> None: ...
+    def upsert(self, event: TaskStateEvent, attempt: int) -> None:
+        raise NotImplementedError
 
-    def remove(self, task_id: str) -> None: ...
+    def remove(self, task_id: str) -> None:
+        raise NotImplementedError
 
     def dead_letter(self, event: DeadLettered | StateLine, key: str, reason: str,
-                    at: float | None, attempt: int) -> None: ...  # fmt: skip
+                    at: float | None, attempt: int) -> None:  # fmt: skip
+        raise NotImplementedError
 
-    def drop_dead(self, key: str) -> None: ...
+    def drop_dead(self, key: str) -> None:
+        raise NotImplementedError
 
-    def claim(self, task_id: str, claim: Claim) -> None: ...
+    def claim(self, task_id: str, claim: Claim) -> None:
+        raise NotImplementedError
 
-    def progress(self, task_id: str, data: Any) -> None: ...
+    def progress(self, task_id: str, data: Any) -> None:
+        raise NotImplementedError
 
-    def release(self, task_id: str) -> None: ...
+    def release(self, task_id: str) -> None:
+        raise NotImplementedError
 
-    def window_add(self, group: str, times: tuple[float, ...]) -> None: ...
+    def window_add(self, group: str, times: tuple[float, ...]) -> None:
+        raise NotImplementedError
 
-    def count(self, metric: str, event: Event, entry: Entry | None) -> None: ...
+    def count(self, metric: str, event: Event, entry: Entry | None) -> None:
+        raise NotImplementedError
 
     def add_totals(self, counts: Mapping[CounterKey, int],
-                   histograms: Mapping[HistKey, Hist]) -> None: ...  # fmt: skip
+                   histograms: Mapping[HistKey, Hist]) -> None:  # fmt: skip
+        raise NotImplementedError
 
 
 # --- what a count adds up to, by task type (``counters.py``) ----------------------------

@@ -16,7 +16,7 @@ fold cannot use are always problems.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -112,7 +112,7 @@ class Before:
     in_snapshot: bool  # the record is a compaction's snapshot header or block
 
 
-Checker = Callable[[Mapping[str, Any], Before], Iterable[str]]
+Checker = Callable[[dict[str, Any], Before], Iterable[str]]
 """Names the problems of one record (an empty iterable when there are none)."""
 
 
@@ -163,7 +163,7 @@ def _str(value: Any) -> str | None:
 
 
 def tally(
-    history: TaskHistory, record: Mapping[str, Any], event: str, state: str, task_attempt: int
+    history: TaskHistory, record: dict[str, Any], event: str, state: str, task_attempt: int
 ) -> tuple[str | None, int | None]:
     """Count one record into a task's figures; return its (error, attempt)."""
     error = record_error(record)
@@ -197,14 +197,14 @@ class _Fold:
         self.clock: float | None = None  # the last ts seen (a caller may set it)
         self.now = now  # the clock for records before any ts (SnerdMQ lines have none)
 
-    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
+    def feed(self, records: Iterable[dict[str, Any]]) -> None:
         for record in records:
             self.add(record)
 
-    def add(self, record: Mapping[str, Any]) -> None:
+    def add(self, record: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _tick(self, record: Mapping[str, Any]) -> None:
+    def _tick(self, record: dict[str, Any]) -> None:
         self.events += 1
         at = record_time(record)
         if at is not None:
@@ -213,7 +213,7 @@ class _Fold:
     def _instant(self) -> float | None:
         return self.now if self.clock is None else self.clock
 
-    def _problem(self, record: Mapping[str, Any], subject: str | None, message: str) -> None:
+    def _problem(self, record: dict[str, Any], subject: str | None, message: str) -> None:
         seq = _int(record.get(ev.F_SEQ))
         self.problems.append(Problem(self.events, seq, subject, message))
 
@@ -255,7 +255,7 @@ class Audit(_Fold):
         self.snapshot_left = 0  # records of a snapshot block still to come
         self.rebuild_every = rebuild_every  # records between rebuilds of the fold's heaps
 
-    def add(self, record: Mapping[str, Any]) -> None:
+    def add(self, record: dict[str, Any]) -> None:
         self._tick(record)
         event = decode(record)
         in_snapshot = self._snapshot_block(event)
@@ -287,7 +287,7 @@ class Audit(_Fold):
             return True
         return False
 
-    def _check(self, record: Mapping[str, Any], subject: str | None, in_snapshot: bool) -> None:
+    def _check(self, record: dict[str, Any], subject: str | None, in_snapshot: bool) -> None:
         assert self.check is not None
         history = self.tasks.get(subject) if subject is not None else None
         ended = history.state if history is not None and history.state in ENDED else None
@@ -313,7 +313,7 @@ class Audit(_Fold):
     def _append(
         self,
         history: TaskHistory,
-        record: Mapping[str, Any],
+        record: dict[str, Any],
         event: str,
         state: str,
         derived: bool = False,
@@ -346,7 +346,7 @@ class Audit(_Fold):
         return _ending(self.folder.delta.counted, task_id) or previous or COMPLETED
 
     def _side_effects(
-        self, record: Mapping[str, Any], subject: str, key: str | None, event: str
+        self, record: dict[str, Any], subject: str, key: str | None, event: str
     ) -> None:
         """Tasks whose state this record changed without naming them (DAG children)."""
         delta = self.folder.delta
@@ -362,7 +362,8 @@ class Audit(_Fold):
                 continue
             name = "blocked" if state == BLOCKED_STATE else "unblocked"
             why = "a parent was dead-lettered" if task_id in doomed else f"{event} of {subject}"
-            cause = {k: record[k] for k in (ev.F_SEQ, ev.F_TS, ev.F_DAEMON) if k in record}
+            keys = (ev.F_SEQ, ev.F_TS, ev.F_DAEMON)
+            cause: dict[str, Any] = {k: record[k] for k in keys if k in record}
             self._append(history, {**cause, ev.F_REASON: why}, name, state, derived=True)
 
     def _rebuild(self) -> None:
@@ -386,7 +387,7 @@ class Summary(_Fold):
         self.counted: list[tuple[str, Event]] = []
         self.bulk = BulkFolder(on_count=lambda metric, event: self.counted.append((metric, event)))
 
-    def add(self, record: Mapping[str, Any]) -> None:
+    def add(self, record: dict[str, Any]) -> None:
         self._tick(record)
         event = decode(record)
         self.counted.clear()
@@ -422,7 +423,7 @@ class Summary(_Fold):
             tally(keyed, record, name, DEAD_LETTERED, live.attempt if live else 0)
 
 
-def summarize(records: Iterable[Mapping[str, Any]], now: float | None = None) -> History:
+def summarize(records: Iterable[dict[str, Any]], now: float | None = None) -> History:
     """:func:`audit` without transitions (and without checks), fast."""
     summary = Summary(now=now)
     summary.feed(records)
@@ -430,7 +431,7 @@ def summarize(records: Iterable[Mapping[str, Any]], now: float | None = None) ->
 
 
 def audit(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[dict[str, Any]],
     now: float | None = None,
     *,
     keep: Callable[[str], bool] | None = None,
@@ -442,7 +443,7 @@ def audit(
     return auditor.finish(now)
 
 
-def until(records: Iterable[Mapping[str, Any]], at: float) -> Iterator[Mapping[str, Any]]:
+def until(records: Iterable[dict[str, Any]], at: float) -> Iterator[dict[str, Any]]:
     """The records with ``ts <= at``; a record without ``ts`` inherits the last one seen
     (records before any ``ts`` count as early)."""
     clock: float | None = None
@@ -455,7 +456,7 @@ def until(records: Iterable[Mapping[str, Any]], at: float) -> Iterator[Mapping[s
 
 
 def state_at(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[dict[str, Any]],
     at: float,
     *,
     keep: Callable[[str], bool] | None = None,

@@ -28,7 +28,15 @@ from snerd.projections.events import (
     TaskStateEvent,
     decode,
 )
-from snerd.projections.evolve import HISTOGRAM_OF, RULES, Entry, kind_of, observed_seconds, step_all
+from snerd.projections.evolve import (
+    HISTOGRAM_OF,
+    RULES,
+    Entry,
+    Tables,
+    kind_of,
+    observed_seconds,
+    step_all,
+)
 from snerd.projections.rates import extend_window
 from snerd.projections.state import DeadLetter, QueueState, from_tables
 from snerd.projections.task import ACTIVE, Claim, Task, with_
@@ -98,7 +106,7 @@ _RULES: Final = RULES
 _SETTLE_EVERY: Final = 16_384  # records: bounds what the collected counts hold
 
 
-class BulkFolder:
+class BulkFolder(Tables):
     """Feed records (or events) in chunks, then :meth:`finish` into a :class:`QueueState`.
 
     ``on_count`` hears every counter an event bumps (the dashboard's history scan).
@@ -124,9 +132,8 @@ class BulkFolder:
         self.settled = 0  # n at the last _settle
         self.on_count = on_count
         # ``entry`` is the table's own ``get``: the rules' most frequent call, at C speed.
-        self.entry: Callable[[str], _Live | None] = self.live.get
 
-    def feed(self, records: Iterable[Mapping[str, Any]]) -> None:
+    def feed(self, records: Iterable[dict[str, Any]]) -> None:
         """Fold ``records``: what ``step_all(self, map(decode, records))`` does, with
         decode's common case (``events.SEQUENCED``) taken in this loop, and ``n`` and
         ``last_seq`` kept in locals (no rule reads ``last_seq``; ``n`` is written back
@@ -225,6 +232,9 @@ class BulkFolder:
         for (name, kind), hist in histograms.items():
             self.tallies[name][kind].add(hist)
 
+    def entry(self, task_id: str) -> _Live | None:
+        return self.live.get(task_id)
+
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
         self.live[event.task_id] = _Live(event, self.n, attempt)
 
@@ -265,7 +275,7 @@ class BulkFolder:
         return list(extend_window((), times))
 
 
-def bulk_fold(records: Iterable[Mapping[str, Any]]) -> QueueState:
+def bulk_fold(records: Iterable[dict[str, Any]]) -> QueueState:
     """The state :func:`state.fold` reaches from the empty state, built in one pass."""
     folder = BulkFolder()
     folder.feed(records)

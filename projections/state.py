@@ -82,7 +82,7 @@ def empty() -> QueueState:
     return QueueState()
 
 
-def fold(state: QueueState, records: Iterable[Mapping[str, Any]]) -> tuple[QueueState, Delta]:
+def fold(state: QueueState, records: Iterable[dict[str, Any]]) -> tuple[QueueState, Delta]:
     """Apply records in order; return the new state and what changed."""
     return fold_events(state, map(decode, records))
 
@@ -106,7 +106,7 @@ def _load_folder() -> Any:
     return Folder
 
 
-def apply(state: QueueState, record: Mapping[str, Any]) -> tuple[QueueState, Delta]:
+def apply(state: QueueState, record: dict[str, Any]) -> tuple[QueueState, Delta]:
     """Apply one record."""
     return fold(state, (record,))
 

@@ -147,7 +147,7 @@ an event's meaning is written); the words are ``enqueued``, ``started``, ``compl
 ``failed_attempts``, ``dead_lettered``, ``cancelled``."""
 
 
-def counted(records: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Event]]:
+def counted(records: Iterable[dict[str, Any]]) -> Iterator[tuple[str, Event]]:
     """(metric, event) for every counter evolve bumps over ``records``, in order: the
     history the live fold's delta (``delta.counted``) would have reported, read by a
     bulk fold (memory proportional to live tasks)."""
@@ -160,12 +160,12 @@ def counted(records: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Event]]
             heard.clear()
 
 
-def metric_totals(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def metric_totals(records: Iterable[dict[str, Any]]) -> dict[str, int]:
     """Every metric's count over ``records`` (e.g. the whole stored history)."""
     return fold_with_totals(records)[1]
 
 
-def fold_with_totals(records: Iterable[Mapping[str, Any]]) -> tuple[QueueState, dict[str, int]]:
+def fold_with_totals(records: Iterable[dict[str, Any]]) -> tuple[QueueState, dict[str, int]]:
     """The state :func:`~snerd.projections.replay.bulk_fold` reaches over ``records``,
     and every metric's count on the way (one pass for both)."""
     totals = dict.fromkeys(METRICS, 0)

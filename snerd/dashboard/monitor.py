@@ -12,9 +12,9 @@ figures from the stored history so a dashboard started late still shows them.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
@@ -41,7 +41,7 @@ Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
 Counted = Sequence[tuple[str, Event]]
 
 
-def _seq(record: Mapping[str, Any]) -> int | None:
+def _seq(record: dict[str, Any]) -> int | None:
     seq = record.get(ev.F_SEQ)
     return seq if type(seq) is int else None
 
@@ -67,7 +67,7 @@ class Figures:
             if metric in (evolve.COMPLETED, evolve.CANCELLED) or metric == evolve.ENQUEUED:
                 self.note_end(event.record)
 
-    def note_end(self, record: Mapping[str, Any]) -> None:
+    def note_end(self, record: dict[str, Any]) -> None:
         """Remember a completed/cancelled task; forget it when its id comes back."""
         event = record.get(ev.F_EVENT)
         task_id = record.get(ev.F_TASK_ID)
@@ -131,7 +131,7 @@ class Monitor:
             self.watermark = max(e.seq or 0 for e in fresh)
             counted = [(m, e) for m, e in delta.counted if e.seq is not None and e.seq > watermark]
             self.figures.count(counted, self._keep_after())
-            self._remember([cast(Record, e.record) for e in fresh])  # the log's dicts
+            self._remember([e.record for e in fresh])  # the log's dicts
         changed = _changed_ids([e.record for e in events], delta)
         for listener in list(self.listeners):
             listener(changed, delta.progress, delta.reset)
@@ -190,7 +190,7 @@ class Monitor:
         return list(self.events.get(task_id, ()))
 
 
-def _changed_ids(records: Sequence[Mapping[str, Any]], delta: Delta) -> list[str]:
+def _changed_ids(records: Sequence[dict[str, Any]], delta: Delta) -> list[str]:
     ids: dict[str, None] = {}
     for record in records:
         for value in (ev.task_id_of(record), record.get(ev.F_DLQ_KEY)):

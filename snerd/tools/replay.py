@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ def run_replay(
                 return tally, entry
     ensure_index(source)
     now = now if at is None else at
-    records: Iterator[Mapping[str, Any]] = source.records()
+    records: Iterator[dict[str, Any]] = source.records()
     total = progress_total(source)
     if total is not None:
         records = with_progress(records, total)

@@ -5,7 +5,7 @@ bar for a long read."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,7 +108,7 @@ def count_lines(files: list[Path]) -> int:
     return total
 
 
-def with_progress(records: Iterator[Mapping[str, Any]], total: int) -> Iterator[Mapping[str, Any]]:
+def with_progress(records: Iterator[dict[str, Any]], total: int) -> Iterator[dict[str, Any]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
