@@ -1,8 +1,9 @@
 """Build script: everything else is in ``pyproject.toml``.
 
 snerd is pure Python. A wheel build (``pip install .``, ``pip wheel .``) also compiles
-the bulk fold's modules (``COMPILED``: the typed events, the rules, the bulk folder,
-the counters) to C extensions with mypyc, the compiler that ships with mypy (black and
+the fold's modules (``COMPILED``: the typed events, the rules, the bulk folder, the
+counters, the engine's incremental folder and the heaps and maps it keeps) to C
+extensions with mypyc, the compiler that ships with mypy (black and
 mypy itself are built the same way): the same source, type-checked, about 1.5x faster
 where a start-up replays a long log (``benchmarks/README.md``). The interpreted
 modules stay in the wheel, and nothing else changes.
@@ -34,6 +35,9 @@ COMPILED = (
     "snerd/projections/evolve.py",
     "snerd/projections/replay.py",
     "snerd/projections/counters.py",
+    "snerd/projections/apply.py",
+    "snerd/projections/heap.py",
+    "snerd/projections/pmaps.py",
 )
 _BUILDS = ("bdist_wheel", "build_ext", "build")
 

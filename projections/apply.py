@@ -68,7 +68,7 @@ class Folder(Tables):
         self.tasks: Map[str, Task] = state.tasks
         self.dlq: Map[str, DeadLetter] = state.dlq
         self.lanes: Map[Lane, heap.Heap] = state.lanes
-        self.timers = state.timers
+        self.timers: heap.Heap = state.timers
         self.refs: Map[str, PSet[str]] = state.refs
         self.doomed: PSet[str] = state.doomed
         self.fingerprints: Map[str, PSet[str]] = state.fingerprints
@@ -129,7 +129,7 @@ class Folder(Tables):
                 elif cleaned is not entries:
                     lanes = assoc(lanes, lane, cleaned)
             self.lanes = lanes
-        timers = self.timers
+        timers: heap.Heap = self.timers
         state: QueueState = build_state(
             tasks=tasks,
             dlq=self.dlq,

@@ -59,7 +59,7 @@ def pop(heap: Heap) -> Heap:
 def from_sorted(keys: list[Any]) -> Heap:
     """Build a heap from keys already in ascending order, in O(n)."""
     heap: Heap = None
-    for key in reversed(keys):
+    for key in keys[::-1]:  # (not reversed(): mypyc fails on it)
         heap = (1, key, heap, None)
     return heap
 
