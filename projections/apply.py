@@ -63,6 +63,8 @@ class Folder(Tables):
     __slots__ = ("any_doomed", "by_daemon", "counted", "counters", "delta", "dirty", "dlq",
                  "doomed", "fingerprints", "histograms", "lanes",
                  "observations", "refs", "tasks", "timers", "windows")  # fmt: skip
+    # (n, last_seq and invalid are Tables' own slots: declared here again, compiled, the
+    # base's copies would stay unset)
 
     def __init__(self, state: QueueState) -> None:
         self.tasks: Map[str, Task] = state.tasks

@@ -131,7 +131,6 @@ class BulkFolder(Tables):
         self.samples: defaultdict[str, defaultdict[str, list[float]]] = defaultdict(_samples)
         self.settled = 0  # n at the last _settle
         self.on_count = on_count
-        # ``entry`` is the table's own ``get``: the rules' most frequent call, at C speed.
 
     def feed(self, records: Iterable[dict[str, Any]]) -> None:
         """Fold ``records``: what ``step_all(self, map(decode, records))`` does, with
