@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from snerd.projections.events import Record
 from snerd.projections.replay import BulkFolder
 from snerd.projections.views.status import (
     CANCELLED,
@@ -138,7 +139,7 @@ class Census:
         """The places of every record of the tasks live now, in log order."""
         return sorted(k for positions in self.live.values() for k in positions)
 
-    def finish(self, live_records: Iterable[dict[str, Any]], now: float | None) -> Tally:
+    def finish(self, live_records: Iterable[Record], now: float | None) -> Tally:
         """The tally, given the records at :meth:`live_places` (in that order)."""
         folder = BulkFolder()
         folder.feed(live_records)

@@ -34,6 +34,7 @@ from snerd.projections.events import (
     Progressed,
     Purged,
     RateWindow,
+    Record,
     SnapshotHeader,
     Unusable,
     decode,
@@ -112,7 +113,7 @@ class Before:
     in_snapshot: bool  # the record is a compaction's snapshot header or block
 
 
-Checker = Callable[[dict[str, Any], Before], Iterable[str]]
+Checker = Callable[[Record, Before], Iterable[str]]
 """Names the problems of one record (an empty iterable when there are none)."""
 
 
@@ -163,7 +164,7 @@ def _str(value: Any) -> str | None:
 
 
 def tally(
-    history: TaskHistory, record: dict[str, Any], event: str, state: str, task_attempt: int
+    history: TaskHistory, record: Record, event: str, state: str, task_attempt: int
 ) -> tuple[str | None, int | None]:
     """Count one record into a task's figures; return its (error, attempt)."""
     error = record_error(record)
@@ -197,14 +198,14 @@ class _Fold:
         self.clock: float | None = None  # the last ts seen (a caller may set it)
         self.now = now  # the clock for records before any ts (SnerdMQ lines have none)
 
-    def feed(self, records: Iterable[dict[str, Any]]) -> None:
+    def feed(self, records: Iterable[Record]) -> None:
         for record in records:
             self.add(record)
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: Record) -> None:
         raise NotImplementedError
 
-    def _tick(self, record: dict[str, Any]) -> None:
+    def _tick(self, record: Record) -> None:
         self.events += 1
         at = record_time(record)
         if at is not None:
@@ -213,7 +214,7 @@ class _Fold:
     def _instant(self) -> float | None:
         return self.now if self.clock is None else self.clock
 
-    def _problem(self, record: dict[str, Any], subject: str | None, message: str) -> None:
+    def _problem(self, record: Record, subject: str | None, message: str) -> None:
         seq = _int(record.get(ev.F_SEQ))
         self.problems.append(Problem(self.events, seq, subject, message))
 
@@ -255,7 +256,7 @@ class Audit(_Fold):
         self.snapshot_left = 0  # records of a snapshot block still to come
         self.rebuild_every = rebuild_every  # records between rebuilds of the fold's heaps
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: Record) -> None:
         self._tick(record)
         event = decode(record)
         in_snapshot = self._snapshot_block(event)
@@ -287,7 +288,7 @@ class Audit(_Fold):
             return True
         return False
 
-    def _check(self, record: dict[str, Any], subject: str | None, in_snapshot: bool) -> None:
+    def _check(self, record: Record, subject: str | None, in_snapshot: bool) -> None:
         assert self.check is not None
         history = self.tasks.get(subject) if subject is not None else None
         ended = history.state if history is not None and history.state in ENDED else None
@@ -313,7 +314,7 @@ class Audit(_Fold):
     def _append(
         self,
         history: TaskHistory,
-        record: dict[str, Any],
+        record: Record,
         event: str,
         state: str,
         derived: bool = False,
@@ -346,7 +347,7 @@ class Audit(_Fold):
         return _ending(self.folder.delta.counted, task_id) or previous or COMPLETED
 
     def _side_effects(
-        self, record: dict[str, Any], subject: str, key: str | None, event: str
+        self, record: Record, subject: str, key: str | None, event: str
     ) -> None:
         """Tasks whose state this record changed without naming them (DAG children)."""
         delta = self.folder.delta
@@ -387,7 +388,7 @@ class Summary(_Fold):
         self.counted: list[tuple[str, Event]] = []
         self.bulk = BulkFolder(on_count=lambda metric, event: self.counted.append((metric, event)))
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: Record) -> None:
         self._tick(record)
         event = decode(record)
         self.counted.clear()
@@ -423,7 +424,7 @@ class Summary(_Fold):
             tally(keyed, record, name, DEAD_LETTERED, live.attempt if live else 0)
 
 
-def summarize(records: Iterable[dict[str, Any]], now: float | None = None) -> History:
+def summarize(records: Iterable[Record], now: float | None = None) -> History:
     """:func:`audit` without transitions (and without checks), fast."""
     summary = Summary(now=now)
     summary.feed(records)
@@ -431,7 +432,7 @@ def summarize(records: Iterable[dict[str, Any]], now: float | None = None) -> Hi
 
 
 def audit(
-    records: Iterable[dict[str, Any]],
+    records: Iterable[Record],
     now: float | None = None,
     *,
     keep: Callable[[str], bool] | None = None,
@@ -443,7 +444,7 @@ def audit(
     return auditor.finish(now)
 
 
-def until(records: Iterable[dict[str, Any]], at: float) -> Iterator[dict[str, Any]]:
+def until(records: Iterable[Record], at: float) -> Iterator[Record]:
     """The records with ``ts <= at``; a record without ``ts`` inherits the last one seen
     (records before any ``ts`` count as early)."""
     clock: float | None = None
@@ -456,7 +457,7 @@ def until(records: Iterable[dict[str, Any]], at: float) -> Iterator[dict[str, An
 
 
 def state_at(
-    records: Iterable[dict[str, Any]],
+    records: Iterable[Record],
     at: float,
     *,
     keep: Callable[[str], bool] | None = None,

@@ -24,6 +24,7 @@ from snerd.projections.events import (
     SEQUENCED,
     DeadLettered,
     Event,
+    Record,
     StateLine,
     TaskStateEvent,
     decode,
@@ -132,7 +133,7 @@ class BulkFolder(Tables):
         self.settled = 0  # n at the last _settle
         self.on_count = on_count
 
-    def feed(self, records: Iterable[dict[str, Any]]) -> None:
+    def feed(self, records: Iterable[Record]) -> None:
         """Fold ``records``: what ``step_all(self, map(decode, records))`` does, with
         decode's common case (``events.SEQUENCED``) taken in this loop, and ``n`` and
         ``last_seq`` kept in locals (no rule reads ``last_seq``; ``n`` is written back
@@ -274,7 +275,7 @@ class BulkFolder(Tables):
         return list(extend_window((), times))
 
 
-def bulk_fold(records: Iterable[dict[str, Any]]) -> QueueState:
+def bulk_fold(records: Iterable[Record]) -> QueueState:
     """The state :func:`state.fold` reaches from the empty state, built in one pass."""
     folder = BulkFolder()
     folder.feed(records)

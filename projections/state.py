@@ -35,7 +35,7 @@ from pyrsistent.typing import PSet as PSetT
 from snerd.projections import heap
 from snerd.projections.counters import CounterKey, Hist, HistKey
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
-from snerd.projections.events import decode
+from snerd.projections.events import Record, decode
 from snerd.projections.pmaps import assoc, get
 from snerd.projections.rules import phase_for
 from snerd.projections.slots import fast_init
@@ -82,7 +82,7 @@ def empty() -> QueueState:
     return QueueState()
 
 
-def fold(state: QueueState, records: Iterable[dict[str, Any]]) -> tuple[QueueState, Delta]:
+def fold(state: QueueState, records: Iterable[Record]) -> tuple[QueueState, Delta]:
     """Apply records in order; return the new state and what changed."""
     return fold_events(state, map(decode, records))
 
@@ -106,7 +106,7 @@ def _load_folder() -> Any:
     return Folder
 
 
-def apply(state: QueueState, record: dict[str, Any]) -> tuple[QueueState, Delta]:
+def apply(state: QueueState, record: Record) -> tuple[QueueState, Delta]:
     """Apply one record."""
     return fold(state, (record,))
 

@@ -8,16 +8,15 @@ included) on demand; what compaction's archive retention deleted is gone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from snerd.projections import events as ev
+from snerd.projections.events import Record
 from snerd.projections.history import Transition, audit
 from snerd.projections.schedule import format_instant
 from snerd.projections.views.status import COMPLETED
 from snerd.projections.views.tasks import finished_row
-
-Record = dict[str, Any]
 
 _ENDS_ATTEMPT = frozenset(
     {ev.SUCCEEDED, ev.RETRY_SCHEDULED, ev.DEAD_LETTERED, ev.RESCHEDULED, ev.CLAIM_RELEASED}
@@ -48,7 +47,7 @@ def ended_view(records: Iterable[Record], task_id: str) -> dict[str, Any] | None
     return view
 
 
-def ended_row(view: dict[str, Any]) -> dict[str, Any]:
+def ended_row(view: Mapping[str, Any]) -> dict[str, Any]:
     """The dashboard's row of an ended task from its :func:`ended_view`, with its
     ``result`` and ``attempts``."""
     row = finished_row({**view, "state": view["status"]})

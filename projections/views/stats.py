@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from snerd.projections import evolve
-from snerd.projections.events import Event
+from snerd.projections.events import Event, Record
 from snerd.projections.rates import RATE_WINDOW_SECONDS, window_slot_free_at
 from snerd.projections.replay import BulkFolder
 from snerd.projections.schedule import format_instant
@@ -147,7 +147,7 @@ an event's meaning is written); the words are ``enqueued``, ``started``, ``compl
 ``failed_attempts``, ``dead_lettered``, ``cancelled``."""
 
 
-def counted(records: Iterable[dict[str, Any]]) -> Iterator[tuple[str, Event]]:
+def counted(records: Iterable[Record]) -> Iterator[tuple[str, Event]]:
     """(metric, event) for every counter evolve bumps over ``records``, in order: the
     history the live fold's delta (``delta.counted``) would have reported, read by a
     bulk fold (memory proportional to live tasks)."""
@@ -160,12 +160,12 @@ def counted(records: Iterable[dict[str, Any]]) -> Iterator[tuple[str, Event]]:
             heard.clear()
 
 
-def metric_totals(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+def metric_totals(records: Iterable[Record]) -> dict[str, int]:
     """Every metric's count over ``records`` (e.g. the whole stored history)."""
     return fold_with_totals(records)[1]
 
 
-def fold_with_totals(records: Iterable[dict[str, Any]]) -> tuple[QueueState, dict[str, int]]:
+def fold_with_totals(records: Iterable[Record]) -> tuple[QueueState, dict[str, int]]:
     """The state :func:`~snerd.projections.replay.bulk_fold` reaches over ``records``,
     and every metric's count on the way (one pass for both)."""
     totals = dict.fromkeys(METRICS, 0)

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from snerd.projections import events as ev
 from snerd.projections import history
+from snerd.projections.events import Record
 from snerd.projections.schedule import format_instant
 from snerd.projections.task import record_error
 
@@ -20,18 +21,18 @@ MAX_ENTRIES: Final = 2000
 """Entries at most: the first 100 and the most recent, with one ``elided`` between."""
 
 
-def subject(record: dict[str, Any]) -> Any:
+def subject(record: Record) -> Any:
     """The id a record is shown under: a cron occurrence's DLQ key, else its task id."""
     return record.get(ev.F_DLQ_KEY) or ev.task_id_of(record)
 
 
-def concerns(record: dict[str, Any], ids: str | set[str]) -> bool:
+def concerns(record: Record, ids: str | set[str]) -> bool:
     """Whether ``record`` is about one of ``ids`` (a task id or a cron DLQ key)."""
     wanted = {ids} if isinstance(ids, str) else ids
     return ev.task_id_of(record) in wanted or record.get(ev.F_DLQ_KEY) in wanted
 
 
-def parents_named(records: Iterable[dict[str, Any]], ids: set[str]) -> set[str]:
+def parents_named(records: Iterable[Record], ids: set[str]) -> set[str]:
     """The DAG parents that records about ``ids`` name."""
     named: set[str] = set()
     for record in records:
@@ -42,7 +43,7 @@ def parents_named(records: Iterable[dict[str, Any]], ids: set[str]) -> set[str]:
     return named
 
 
-def timeline(records: Sequence[dict[str, Any]], task_id: str) -> list[dict[str, Any]]:
+def timeline(records: Sequence[Record], task_id: str) -> list[dict[str, Any]]:
     """The timeline of ``task_id``: one entry per transition the audit fold saw."""
     by_seq = {r[ev.F_SEQ]: r for r in records if type(r.get(ev.F_SEQ)) is int}
     found = history.audit(records, keep=lambda t: t == task_id).tasks.get(task_id)
@@ -58,7 +59,7 @@ def timeline(records: Sequence[dict[str, Any]], task_id: str) -> list[dict[str, 
     return out
 
 
-def entry(transition: history.Transition, raw: dict[str, Any] | None) -> dict[str, Any]:
+def entry(transition: history.Transition, raw: Record | None) -> dict[str, Any]:
     """When, what, who, which attempt, why, the state after, and any payload."""
     at = format_instant(transition.ts) if transition.ts else None
     out: dict[str, Any] = {"event": transition.event, "state": transition.state, "at": at}

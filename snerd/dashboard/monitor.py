@@ -41,7 +41,7 @@ Listener = Callable[[Sequence[str], Sequence[tuple[str, Any]], bool], None]
 Counted = Sequence[tuple[str, Event]]
 
 
-def _seq(record: dict[str, Any]) -> int | None:
+def _seq(record: Record) -> int | None:
     seq = record.get(ev.F_SEQ)
     return seq if type(seq) is int else None
 
@@ -67,7 +67,7 @@ class Figures:
             if metric in (evolve.COMPLETED, evolve.CANCELLED) or metric == evolve.ENQUEUED:
                 self.note_end(event.record)
 
-    def note_end(self, record: dict[str, Any]) -> None:
+    def note_end(self, record: Record) -> None:
         """Remember a completed/cancelled task; forget it when its id comes back."""
         event = record.get(ev.F_EVENT)
         task_id = record.get(ev.F_TASK_ID)
@@ -190,7 +190,7 @@ class Monitor:
         return list(self.events.get(task_id, ()))
 
 
-def _changed_ids(records: Sequence[dict[str, Any]], delta: Delta) -> list[str]:
+def _changed_ids(records: Sequence[Record], delta: Delta) -> list[str]:
     ids: dict[str, None] = {}
     for record in records:
         for value in (ev.task_id_of(record), record.get(ev.F_DLQ_KEY)):

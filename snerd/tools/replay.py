@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from snerd.errors import LogError
-from snerd.eventlog.base import SkippedLine
+from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.chain import Break, ChainReport, verify_plain_aside
 from snerd.projections.census import Tally
 from snerd.projections.history import (
@@ -116,7 +116,7 @@ def run_replay(
                 return tally, entry
     ensure_index(source)
     now = now if at is None else at
-    records: Iterator[dict[str, Any]] = source.records()
+    records: Iterator[Record] = source.records()
     total = progress_total(source)
     if total is not None:
         records = with_progress(records, total)

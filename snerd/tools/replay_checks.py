@@ -17,7 +17,7 @@ import msgspec
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
-from snerd.projections.events import MAX_MS
+from snerd.projections.events import MAX_MS, Record
 from snerd.projections.history import Before
 from snerd.projections.schedule import parse_instant
 from snerd.projections.task import ACTIVE, BLOCKED
@@ -128,7 +128,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def field_problems(record: dict[str, Any]) -> list[str]:
+def field_problems(record: Record) -> list[str]:
     """Missing required fields and fields of the wrong type or range."""
     out: list[str] = []
     event = record.get(ev.F_EVENT)
@@ -147,7 +147,7 @@ def field_problems(record: dict[str, Any]) -> list[str]:
     return out
 
 
-def transition_problems(record: dict[str, Any], before: Before) -> list[str]:
+def transition_problems(record: Record, before: Before) -> list[str]:
     """Transitions no correct writer of our events produces, given the state before."""
     event = record.get(ev.F_EVENT)
     if before.in_snapshot or not isinstance(event, str):
@@ -156,14 +156,14 @@ def transition_problems(record: dict[str, Any], before: Before) -> list[str]:
     return [] if check is None else check(record, before)
 
 
-def _gone(record: dict[str, Any], before: Before, what: str) -> str:
+def _gone(record: Record, before: Before, what: str) -> str:
     task_id = ev.task_id_of(record)
     if before.ended is not None:
         return f"{what} of task {task_id!r}, which had already ended ({before.ended})"
     return f"{what} of unknown task {task_id!r}"
 
 
-def _claimed(record: dict[str, Any], before: Before) -> list[str]:
+def _claimed(record: Record, before: Before) -> list[str]:
     task = before.task
     if task is None:
         return [_gone(record, before, "claim")]
@@ -175,7 +175,7 @@ def _claimed(record: dict[str, Any], before: Before) -> list[str]:
     return []
 
 
-def _outcome(record: dict[str, Any], before: Before) -> list[str]:
+def _outcome(record: Record, before: Before) -> list[str]:
     event = record.get(ev.F_EVENT)
     if event == ev.DEAD_LETTERED and record.get(ev.F_REASON) == ev.REASON_FAILED_PARENT:
         return []  # fail-through of a waiting child: never ran
@@ -191,7 +191,7 @@ def _outcome(record: dict[str, Any], before: Before) -> list[str]:
     return []
 
 
-def _running_only(record: dict[str, Any], before: Before) -> list[str]:
+def _running_only(record: Record, before: Before) -> list[str]:
     event = record.get(ev.F_EVENT)
     task = before.task
     if task is None or task.claim is None:
@@ -202,7 +202,7 @@ def _running_only(record: dict[str, Any], before: Before) -> list[str]:
     return []
 
 
-def _cancelled(record: dict[str, Any], before: Before) -> list[str]:
+def _cancelled(record: Record, before: Before) -> list[str]:
     task = before.task
     if task is None:
         return [_gone(record, before, "cancel")]
@@ -211,20 +211,20 @@ def _cancelled(record: dict[str, Any], before: Before) -> list[str]:
     return []
 
 
-def _enqueued(record: dict[str, Any], before: Before) -> list[str]:
+def _enqueued(record: Record, before: Before) -> list[str]:
     if before.task is not None and not record.get(ev.F_COMPACTED):
         return [f"enqueued task {before.task.id!r} while it is live"]
     return []
 
 
-def _dlq_key(record: dict[str, Any], before: Before) -> list[str]:
+def _dlq_key(record: Record, before: Before) -> list[str]:
     key = record.get(ev.F_DLQ_KEY) or ev.task_id_of(record)
     if isinstance(key, str) and key not in before.dlq:
         return [f"{record.get(ev.F_EVENT)} of {key!r}, which is not dead-lettered"]
     return []
 
 
-_TRANSITIONS: Final[dict[str, Callable[[dict[str, Any], Before], list[str]]]] = {
+_TRANSITIONS: Final[dict[str, Callable[[Record, Before], list[str]]]] = {
     ev.CLAIMED: _claimed,
     ev.SUCCEEDED: _outcome,
     ev.RETRY_SCHEDULED: _outcome,
@@ -245,7 +245,7 @@ class Verifier:
     def __init__(self) -> None:
         self.last_seq: int | None = None
 
-    def __call__(self, record: dict[str, Any], before: Before) -> list[str]:
+    def __call__(self, record: Record, before: Before) -> list[str]:
         out = field_problems(record)
         out.extend(transition_problems(record, before))
         seq = record.get(ev.F_SEQ)

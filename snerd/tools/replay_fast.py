@@ -11,7 +11,7 @@ import sys
 from collections.abc import Container, Iterable, Iterator
 from typing import Any
 
-from snerd.eventlog.base import SkippedLine
+from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
 from snerd.projections.census import Census, CheckedCensus, NotCensus, Tally
 from snerd.projections.events import record_time
@@ -135,7 +135,7 @@ def _indexed_history(
     return True, history_of(records, task, parents, now)
 
 
-def _named(index: Any, task: str) -> list[tuple[int, dict[str, Any]]]:
+def _named(index: Any, task: str) -> list[tuple[int, Record]]:
     from snerd.eventlog import index as idx
 
     ids = {task}
@@ -144,8 +144,8 @@ def _named(index: Any, task: str) -> list[tuple[int, dict[str, Any]]]:
 
 
 def noting_parents(
-    records: Iterable[dict[str, Any]], task: str, parents: set[str]
-) -> Iterator[dict[str, Any]]:
+    records: Iterable[Record], task: str, parents: set[str]
+) -> Iterator[Record]:
     for record in records:
         if _names(record, {task}):
             found = record.get(ev.F_TRIGGER_AFTER_IDS)
@@ -154,13 +154,13 @@ def noting_parents(
         yield record
 
 
-def _names(record: dict[str, Any], ids: Container[str]) -> bool:
+def _names(record: Record, ids: Container[str]) -> bool:
     task_id, key = ev.task_id_of(record), record.get(ev.F_DLQ_KEY)
     return (isinstance(task_id, str) and task_id in ids) or (bool(key) and str(key) in ids)
 
 
 def history_of(
-    records: Iterable[dict[str, Any]], task: str, parents: Iterable[str], now: float | None
+    records: Iterable[Record], task: str, parents: Iterable[str], now: float | None
 ) -> TaskHistory | None:
     """``task``'s full history, folding only the records that name it or a parent
     (every parent it ever had). Equal to :func:`audit`'s: a task's state depends on its

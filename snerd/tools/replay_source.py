@@ -8,7 +8,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
@@ -108,7 +107,7 @@ def count_lines(files: list[Path]) -> int:
     return total
 
 
-def with_progress(records: Iterator[dict[str, Any]], total: int) -> Iterator[dict[str, Any]]:
+def with_progress(records: Iterator[Record], total: int) -> Iterator[Record]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
