@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,16 @@ except ImportError:  # pragma: no cover - non-Linux platforms
 
 INOTIFY_AVAILABLE = inotify_simple is not None
 """Whether inotify may be tried; tests set it to False to exercise polling."""
+
+
+def _give_inotify_simple_libc() -> None:
+    """inotify_simple loads the C library on its first ``INotify()`` with
+    ``ctypes.util.find_library("c")``, which runs ``ldconfig -p`` in a child process: a
+    fork of the whole daemon, 5-40 ms of every start-up. The C library is already in the
+    process (Python runs on it), so hand inotify_simple that one: ``dlopen(NULL)``, the
+    symbols the process has loaded, ``inotify_init1`` and ``read`` among them."""
+    if inotify_simple is not None and getattr(inotify_simple, "_libc", None) is None:
+        inotify_simple._libc = ctypes.CDLL(None, use_errno=True)
 
 SAFETY_INTERVAL = 1.0
 """With inotify, also wake this often: inotify misses writes made by other hosts
@@ -86,6 +97,7 @@ class InotifyWatcher:
         self._safety = safety_interval
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
+        _give_inotify_simple_libc()
         self._inotify: Any = inotify_simple.INotify(nonblocking=True)
         f = inotify_simple.flags
         self._inotify.add_watch(os.fspath(directory), f.MODIFY | f.MOVED_TO | f.CREATE)

@@ -188,6 +188,31 @@ async def test_inotify_is_used_on_linux(file_log: Opener) -> None:
     assert isinstance(log._watcher, watch.InotifyWatcher)
 
 
+async def test_a_watcher_starts_without_a_child_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inotify_simple's own way to its C library (``find_library``) runs ``ldconfig``
+    in a child process on every start-up; the watcher hands it the loaded one."""
+    if not watch.INOTIFY_AVAILABLE:
+        pytest.skip("no inotify here")
+    import ctypes.util
+
+    import inotify_simple
+
+    def no_child(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(inotify_simple, "_libc", None)  # as in a fresh process
+    monkeypatch.setattr(ctypes.util, "find_library", no_child)
+    monkeypatch.setattr(inotify_simple, "find_library", no_child)
+    watcher = watch.InotifyWatcher(tmp_path, "tasks.log", safety_interval=3600)
+    try:
+        (tmp_path / "tasks.log").write_bytes(b"x")
+        await asyncio.wait_for(watcher.wait(), 5)  # a working inotify descriptor
+    finally:
+        watcher.close()
+
+
 async def test_inotify_wakes_only_for_the_watched_name(tmp_path: Path) -> None:
     """Writes to other files of the directory (a lock, a temp, a longer name ending in
     ours) do not wake the follower; a write to the log does."""
