@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-PRELOAD = ("aiohttp", "croniter")
+PRELOAD = ("aiohttp", "croniter", "snerd.dispatcher.webhooks")
 """Imported by the server too: the daemon imports them lazily, on its first webhook
 or cron task, and each test would pay that import again."""
 

@@ -213,6 +213,23 @@ async def test_a_watcher_starts_without_a_child_process(
         watcher.close()
 
 
+async def test_a_closed_watcher_drops_its_watch_and_its_descriptor(tmp_path: Path) -> None:
+    """close() removes the watch at once (no wake-up after it) and the descriptor is
+    closed soon after, off the caller's path."""
+    if not watch.INOTIFY_AVAILABLE:
+        pytest.skip("no inotify here")
+    watcher = watch.InotifyWatcher(tmp_path, "tasks.log", safety_interval=3600)
+    inotify = watcher._inotify
+    watcher.close()
+    (tmp_path / "tasks.log").write_bytes(b"x")
+    deadline = asyncio.get_running_loop().time() + 5
+    while not inotify.closed:
+        assert asyncio.get_running_loop().time() < deadline, "the descriptor stayed open"
+        await asyncio.sleep(0.005)
+    assert not watcher._event.is_set()
+    watcher.close()  # a second close is a no-op
+
+
 async def test_inotify_wakes_only_for_the_watched_name(tmp_path: Path) -> None:
     """Writes to other files of the directory (a lock, a temp, a longer name ending in
     ours) do not wake the follower; a write to the log does."""
