@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from daemonkit import ROOT, Wire
+from click.testing import CliRunner, Result
+from daemonkit import Wire
 from test_compaction import compacted
 
 from snerd.dispatcher.engine import EngineConfig
 from snerd.dispatcher.housekeeping import should_compact
+
+
+def cli(*args: str, **env: str) -> Result:
+    """``snerdmq ARGS`` in this process, with ``env`` added to the environment (the
+    command line as the console script parses it; nothing here needs its own process)."""
+    from snerd.cli import build_cli
+
+    return CliRunner().invoke(build_cli(), list(args), env=env)
 
 
 def test_the_defaults_keep_a_small_queue_small() -> None:
@@ -43,18 +49,12 @@ async def test_a_daemon_compacts_a_small_log_by_dead_records_and_only_once(spawn
 
 
 def test_compacting_an_unchanged_log_adds_no_archive(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     store = tmp_path / "q"
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "snerd.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
-
-    assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
+    assert cli("enqueue", "t", "{}", "-s", str(store)).exit_code == 0
     results = [json.loads(cli("compact", str(store), "--json").stdout) for _ in range(4)]
     assert [r["compacted"] for r in results] == [True, False, False, False]
     assert len(list((store / "tasks" / "archive").iterdir())) == 1
-    assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
+    assert cli("enqueue", "t", "{}", "-s", str(store)).exit_code == 0
     assert json.loads(cli("compact", str(store), "--json").stdout)["compacted"] is True
 
 
@@ -97,20 +97,14 @@ async def test_the_memory_backend_honours_retention_too() -> None:
 
 
 def test_snerdmq_compact_honours_retention(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     store = tmp_path / "q"
-
-    def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "snerd.cli", *args], env={**env, **extra},
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
-
     archive = store / "tasks" / "archive"
     for _ in range(3):
-        assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
-        assert cli("compact", str(store)).returncode == 0
+        assert cli("enqueue", "t", "{}", "-s", str(store)).exit_code == 0
+        assert cli("compact", str(store)).exit_code == 0
     assert len(list(archive.iterdir())) == 3  # kept by default: the audit trail
-    assert cli("enqueue", "t", "{}", "-s", str(store)).returncode == 0
-    assert cli("compact", str(store), SNERD_ARCHIVE_MAX_AGE_DAYS="0").returncode == 0
+    assert cli("enqueue", "t", "{}", "-s", str(store)).exit_code == 0
+    assert cli("compact", str(store), SNERD_ARCHIVE_MAX_AGE_DAYS="0").exit_code == 0
     assert list(archive.iterdir()) == []
     bad = cli("compact", str(store), SNERD_ARCHIVE_MAX_BYTES="lots")
-    assert bad.returncode == 2 and "SNERD_ARCHIVE_MAX_BYTES" in bad.stderr
+    assert bad.exit_code == 2 and "SNERD_ARCHIVE_MAX_BYTES" in bad.stderr
