@@ -14,6 +14,9 @@ Asserted, over the full history (archives included):
   success was seen in the log file (a kill -9 keeps every written byte).
 
 ``SNERD_KILLS`` sets the number of kills (default 50, the CI figure); the seed is fixed.
+Each daemon is forked from the suite's fork server (``forkserver.py``): its own process
+with its own pipes, killed with a real SIGKILL, minus the interpreter start-up
+(``SNERD_TEST_SPAWN=exec`` execs them instead).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from daemonkit import base_env
+from daemonkit import ForkingClient, base_env
 
 from snerd.eventlog.base import SkippedLine
 from snerd.eventlog.history import iter_history
@@ -79,7 +82,7 @@ async def serve(client: Client, ledger: Ledger, queue: asyncio.Queue[Any],
 
 
 async def one_round(storage: Path, ledger: Ledger, rng: random.Random, lane: int) -> None:
-    client = Client(storage, env=base_env(clock=False, workers=4, **ENV))
+    client = ForkingClient(storage, env=base_env(clock=False, workers=4, **ENV))
     await client.start()
     queue = client.subscribe()
     seen = [0]
@@ -121,7 +124,7 @@ async def test_kill_9_under_load_loses_no_acked_enqueue_and_reruns_no_durable_su
     assert ledger.acked, "no enqueue was ever acked: the kills came too early to test"
 
     # the survivor runs what is left
-    final = Client(storage, env=base_env(clock=False, workers=8, **ENV))
+    final = ForkingClient(storage, env=base_env(clock=False, workers=8, **ENV))
     await final.start()
     queue = final.subscribe()
     server = asyncio.ensure_future(serve(final, ledger, queue, [0]))
