@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snerd.errors import LogError
-from snerd.eventlog import compaction, index, locking
+from snerd.eventlog import compaction, locking
 from snerd.eventlog.base import (
     LogListener,
     LogStats,
@@ -36,7 +36,7 @@ from snerd.eventlog.base import (
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_chained, decode_complete, split_complete
 from snerd.eventlog.history import iter_history
-from snerd.eventlog.layout import resolve
+from snerd.eventlog.layout import index_temp_name, resolve
 from snerd.eventlog.watch import Watcher, watch
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class FileLog(BatchingLog):
         pattern = self.layout.temp_path("*").name.replace(f".{os.getpid()}.", ".*.")
         for path in compaction.remove_stale_temps(self.layout.tasks_dir, pattern):
             log.warning("removed %s, left by a compaction that did not finish", path)
-        for path in compaction.remove_stale_temps(self.layout.tasks_dir, index.temp_name("*")):
+        for path in compaction.remove_stale_temps(self.layout.tasks_dir, index_temp_name("*")):
             log.warning("removed %s, left by an index write that did not finish", path)
 
     async def close(self) -> None:
@@ -192,6 +192,8 @@ class FileLog(BatchingLog):
     def history_about(self, ids: Collection[str]) -> Iterable[Record]:
         """The records the per-task index places for ``ids`` (extended or rebuilt
         first: ``tasks/tasks.idx``); the whole history if the index cannot be read."""
+        from snerd.eventlog import index  # (with msgspec: not on a daemon's start-up path)
+
         try:
             found = index.fresh_index(self.layout.storage)
             places = sorted({p for task_id in ids for p in found.places_of(task_id)})

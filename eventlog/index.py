@@ -38,7 +38,7 @@ from snerd.errors import LogError
 from snerd.eventlog import compaction
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.codec import decode_line
-from snerd.eventlog.layout import TASKS_DIR
+from snerd.eventlog.layout import INDEX_NAME, TASKS_DIR, index_temp_name
 from snerd.eventlog.scan import (
     LINE_BITS,
     LINE_MASK,
@@ -51,7 +51,6 @@ from snerd.eventlog.scan import (
     scan_file,
 )
 
-INDEX_NAME = "tasks.idx"
 VERSION = 1
 _ID_FIELDS = ("taskId", "task", "dlqKey")
 _getters = [attrgetter(name) for name in _ID_FIELDS]
@@ -66,9 +65,7 @@ def index_path(storage: Path) -> Path:
     return storage / TASKS_DIR / INDEX_NAME
 
 
-def temp_name(tag: str) -> str:
-    """The name of an index being written (``*`` as ``tag``: the pattern of all)."""
-    return f".{INDEX_NAME}.{tag}.tmp"
+temp_name = index_temp_name
 
 
 @dataclass(slots=True)

@@ -26,9 +26,16 @@ LOCK_NAME = "tasks.lock"
 TASKS_DIR = "tasks"
 DAEMONS_DIR = "daemons"
 ARCHIVE_DIR = "archive"
+INDEX_NAME = "tasks.idx"
+"""The per-task index beside the log (``index.py`` writes and reads it)."""
 
 _ARCHIVE_RE = re.compile(r"^tasks-(\d+)-(\d+)(?:-(\d+))?\.log$")
 _DAEMON_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def index_temp_name(tag: str) -> str:
+    """The name of an index being written (``*`` as ``tag``: the pattern of all)."""
+    return f".{INDEX_NAME}.{tag}.tmp"
 
 
 @dataclass(frozen=True, slots=True)

@@ -400,7 +400,7 @@ def test_anything_else_runs_the_daemon_without_click_or_rich(tmp_path: Path) -> 
         assert done.stdout.strip() == f"{shown} False False"
 
 
-_HEAVY = ("aiohttp", "rich", "click", "croniter", "portalocker", "snerd.dashboard")
+_HEAVY = ("aiohttp", "rich", "click", "croniter", "portalocker", "snerd.dashboard", "msgspec")
 _LOADED = (
     "import atexit, sys\n"
     f"atexit.register(lambda: print('LOADED', sorted(m for m in {_HEAVY!r} if m in sys.modules),"
@@ -411,8 +411,9 @@ _LOADED = (
 
 def test_the_daemon_runs_without_heavy_imports(tmp_path: Path) -> None:
     """Every SDK spawn waits for the daemon's start-up: it loads neither the web server,
-    the CLI's libraries, croniter (until a cron task needs it) nor portalocker (POSIX
-    locks go straight to flock)."""
+    the CLI's libraries, croniter (until a cron task needs it), portalocker (POSIX
+    locks go straight to flock) nor msgspec (the per-task index's reader, loaded on a
+    task's first history lookup)."""
     done = subprocess.run(
         [sys.executable, "-c", _LOADED, str(tmp_path / "store")], capture_output=True,
         text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
