@@ -30,7 +30,7 @@ INOTIFY_AVAILABLE = inotify_simple is not None
 def _give_inotify_simple_libc() -> None:
     """inotify_simple loads the C library on its first ``INotify()`` with
     ``ctypes.util.find_library("c")``, which runs ``ldconfig -p`` in a child process: a
-    fork of the whole daemon, 5-40 ms of every start-up. The C library is already in the
+    fork of the whole daemon at every start-up (~5 ms here). The C library is already in the
     process (Python runs on it), so hand inotify_simple that one: ``dlopen(NULL)``, the
     symbols the process has loaded, ``inotify_init1`` and ``read`` among them."""
     if inotify_simple is not None and getattr(inotify_simple, "_libc", None) is None:
