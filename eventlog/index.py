@@ -65,8 +65,6 @@ def index_path(storage: Path) -> Path:
     return storage / TASKS_DIR / INDEX_NAME
 
 
-temp_name = index_temp_name
-
 
 @dataclass(slots=True)
 class FileMark:
@@ -190,7 +188,7 @@ def write_index(storage: Path, scanner: Scanner, builder: Builder) -> bool:
               "files": [asdict(m) for m in marks]}  # fmt: skip
     target = index_path(storage)
     # (per process and thread: a daemon's dashboard and result lookups may both write)
-    temp = target.with_name(temp_name(f"{os.getpid()}.{threading.get_ident()}"))
+    temp = target.with_name(index_temp_name(f"{os.getpid()}.{threading.get_ident()}"))
     try:  # locked while written: a writer killed midway leaves a file nobody holds
         with os.fdopen(compaction.open_temp(temp), "wb") as f:
             f.write(orjson.dumps(header) + b"\n")

@@ -112,9 +112,10 @@ async def test_a_killed_index_writes_temp_file_is_removed_at_open(tmp_path: Path
     code = """
         import os, sys, time
         from pathlib import Path
-        from snerd.eventlog import compaction, index
+        from snerd.eventlog import compaction
+        from snerd.eventlog.layout import index_temp_name
         tasks = Path(sys.argv[1]) / "tasks"
-        fd = compaction.open_temp(tasks / index.temp_name("4242.1"))
+        fd = compaction.open_temp(tasks / index_temp_name("4242.1"))
         os.write(fd, b'{"snerdIndex":1')
         print("ready", flush=True)
         time.sleep(60)

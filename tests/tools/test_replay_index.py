@@ -59,10 +59,13 @@ def build_storage(root: Path, records: list[dict[str, Any]], cuts: list[int],
     return storage
 
 
-def full_history(storage: Path, task: str, records: list[Any] | None = None) -> Any:
-    """A task's history by a rescan of the whole history (``records``: read already)."""
-    if records is None:
-        records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+def read_history(storage: Path) -> list[Any]:
+    """Every record of a storage's whole history (archives first), read once."""
+    return [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+
+
+def full_history(records: list[Any], task: str) -> Any:
+    """A task's history by a rescan of the whole history (``read_history``)."""
     parents: set[str] = set()
     for _ in noting_parents(records, task, parents):
         pass
@@ -95,7 +98,7 @@ logs_and_cuts = st.tuples(
 def test_the_scan_yields_the_records_of_the_full_history(tmp_path_factory: Any, data: Any) -> None:
     records, cuts = data
     storage = build_storage(tmp_path_factory.mktemp("h"), records, cuts, garbage=True)
-    expected = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    expected = read_history(storage)
     got = [row for batch in scan_history(history_paths(storage)) for row in batch.rows]
     assert len(got) == len(expected)
     for row, record in zip(got, expected, strict=False):
@@ -112,7 +115,7 @@ def test_the_scan_yields_the_records_of_the_full_history(tmp_path_factory: Any, 
 def _census_agrees(storage: Path) -> bool:
     source = open_source(storage)
     tally = fast_replay(source, NOW)
-    records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    records = read_history(storage)
     full = summarize(records, NOW)
     if tally is None:
         return False
@@ -162,11 +165,11 @@ def test_the_census_answers_for_a_realistic_log(tmp_path: Path) -> None:
 
 def _index_agrees(storage: Path, ids: set[str]) -> None:
     source = open_source(storage)
-    records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    records = read_history(storage)
     for task in sorted(ids):
         known, entry = indexed_history(source, task, NOW)
         if known:
-            assert entry == full_history(storage, task, records), task
+            assert entry == full_history(records, task), task
 
 
 @settings(max_examples=examples(200), deadline=None,
@@ -234,7 +237,7 @@ def _checked_agrees(storage: Path) -> bool:
     tally = fast_replay(open_source(storage), NOW, checked=True)
     if tally is None:
         return False
-    records = [r for r in iter_history(storage) if not isinstance(r, SkippedLine)]
+    records = read_history(storage)
     full = audit(records, NOW, keep=lambda _: False, check=Verifier())
     assert full.problems == []
     assert (tally.counts(), tally.events, tally.invalid) == (
@@ -397,12 +400,12 @@ def test_the_index_of_a_realistic_log_gives_a_rescans_history(tmp_path: Path) ->
 
     generate(tmp_path / "s", 3000)  # ~4 MB: places deep into 1 MB chunks
     source = open_source(tmp_path / "s")
-    records = [r for r in iter_history(tmp_path / "s") if not isinstance(r, SkippedLine)]
+    records = read_history(tmp_path / "s")
     for i in [*range(0, 3000, 97), 2999]:
         task = f"task-{i:08d}"
         known, entry = indexed_history(source, task, NOW)
         assert known and entry is not None
-        assert entry == full_history(tmp_path / "s", task, records)
+        assert entry == full_history(records, task)
 
 
 @pytest.mark.parametrize("instant", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
