@@ -15,6 +15,7 @@ layers above never see it); :func:`verify` checks it. Threat model and format:
 from __future__ import annotations
 
 import binascii
+import contextlib
 import hashlib
 import os
 import re
@@ -449,14 +450,19 @@ def verify_plain(files: Sequence[Path], key: bytes | None = None) -> ChainReport
     return plain.report()
 
 
+ASIDE_BYTES = 4 << 20
+"""Below this many bytes of log, :func:`verify_plain_aside` checks in the caller: a
+fork of a large process costs more than checking a few megabytes."""
+
+
 def verify_plain_aside(
     files: Sequence[Path], key: bytes | None = None
 ) -> Callable[[], ChainReport | None]:
     """Start :func:`verify_plain` in a forked child (it reads the files itself, on
     another core if there is one, while the caller folds the log); the function
-    returned waits for the child and gives its report. Without ``fork`` it runs the
-    check when called."""
-    if not hasattr(os, "fork"):
+    returned waits for the child and gives its report. Without ``fork``, or for
+    files of fewer than :data:`ASIDE_BYTES` in all, it runs the check when called."""
+    if not hasattr(os, "fork") or _size(files) < ASIDE_BYTES:
         return lambda: verify_plain(files, key)
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -487,3 +493,11 @@ def verify_plain_aside(
         return ChainReport(**value)
 
     return result
+
+
+def _size(files: Sequence[Path]) -> int:
+    total = 0
+    for path in files:
+        with contextlib.suppress(OSError):  # gone since listed: verify_plain says so
+            total += path.stat().st_size
+    return total

@@ -17,7 +17,15 @@ import pytest
 from click.testing import CliRunner
 from logkit import Recorder
 
-from snerd.eventlog.chain import GENESIS, Chain, split_line, verify
+from snerd.eventlog import chain
+from snerd.eventlog.chain import (
+    GENESIS,
+    Chain,
+    split_line,
+    verify,
+    verify_plain,
+    verify_plain_aside,
+)
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.history import history_files, iter_history
 from snerd.tools.replay import replay
@@ -335,3 +343,31 @@ def test_sealing_a_batch_equals_sealing_line_by_line() -> None:
             one_by_one.append(line)
         assert (head, lines) == (prev, one_by_one)
         assert orjson.loads(lines[-1]) == {"chain": lines[-1][10:43].decode()}
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+async def test_the_check_aside_reports_as_the_check_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tampered: bool
+) -> None:
+    """``replay --verify`` checks the chain in a forked child for a big log and in the
+    caller for a small one (a fork of a big process costs more than the check): both
+    give verify_plain's report, a broken link included."""
+    storage = tmp_path / "plain"
+    await write_storage(storage, compact=False)
+    if tampered:
+        storage = tamper(storage, tmp_path, lambda lines: [*lines[:-3], *lines[-2:]])
+    files = history_files(storage)
+    inline = verify_plain(files)
+    assert (inline is None) == tampered  # the plain check leaves a broken link to verify
+
+    def no_fork() -> int:
+        raise AssertionError("a small log is checked without a fork")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(chain.os, "fork", no_fork)
+        assert verify_plain_aside(files)() == inline
+    monkeypatch.setattr(chain, "ASIDE_BYTES", 0)
+    forks: list[int] = []
+    real_fork = chain.os.fork
+    monkeypatch.setattr(chain.os, "fork", lambda: forks.append(1) or real_fork())
+    assert verify_plain_aside(files)() == inline and forks == [1]
