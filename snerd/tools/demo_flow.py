@@ -34,7 +34,7 @@ class Step:
 
 def plan(now: float, *, fast: bool) -> list[Step]:
     """The tasks to enqueue, in enqueue order."""
-    backoff = 0.0001 if fast else 0.001  # hours: 0.36 s or 3.6 s
+    backoff = 0.00002 if fast else 0.001  # hours: 0.072 s or 3.6 s
     fetches = ["fetch-orders", "fetch-customers", "fetch-inventory"]
     steps = [
         Step(f, "fetch", {"source": f.split("-", 1)[1]}, story="fan-in parent") for f in fetches
@@ -79,7 +79,7 @@ def plan(now: float, *, fast: bool) -> list[Step]:
             "send-digest",
             "digest",
             {"to": "team"},
-            {"execute_at": now + (1.5 if fast else 6)},
+            {"execute_at": now + (0.3 if fast else 6)},
             "delayed: runs a few seconds after start",
         ),
     ]
@@ -113,7 +113,7 @@ async def _work(job: Any, seconds: float, steps: int = 5) -> None:
 
 def handlers(*, fast: bool) -> dict[str, Any]:
     """Task type -> async handler."""
-    scale = 0.1 if fast else 1.0
+    scale = 0.02 if fast else 1.0
 
     async def fetch(job: Any) -> None:
         await _work(job, scale * {"orders": 4.0, "customers": 2.5}.get(job.data["source"], 3.2))
