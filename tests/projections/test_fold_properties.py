@@ -29,20 +29,51 @@ def folded(records: list[dict[str, Any]], now: float) -> QueueState:
     return state
 
 
-# --- (a) the fold never raises ----------------------------------------------------------
+# --- one drawn log, every way of folding it ---------------------------------------------
+# One test draws a log, cut points and an instant and checks every property that needs
+# only those: the draw and the whole fold are shared, and each property sees every example.
+
+cut_points = st.lists(st.integers(min_value=0, max_value=40), max_size=6)
+
+
+def in_chunks(records: list[dict[str, Any]], cuts: list[int]) -> list[list[dict[str, Any]]]:
+    """``records`` split at ``cuts`` (sorted; a cut past the end or before the last
+    one gives an empty chunk)."""
+    chunks, start = [], 0
+    for cut in sorted(cuts):
+        chunks.append(records[start:cut])
+        start = max(start, cut)
+    return [*chunks, records[start:]]
 
 
 @CORE
-@given(any_logs, nows)
-def test_fold_never_raises_and_counts_every_record(
-    records: list[dict[str, Any]], now: float
+@given(any_logs, cut_points, nows)
+def test_every_fold_of_any_log_counts_keeps_invariants_and_agrees(
+    records: list[dict[str, Any]], cuts: list[int], now: float
 ) -> None:
-    state = folded(records, now)
-    assert state.n == len(records)
-    assert 0 <= state.invalid <= len(records)
+    # (a) the fold never raises and counts every record
+    whole = folded(records, now)
+    assert whole.n == len(records)
+    assert 0 <= whole.invalid <= len(records)
+    # (b) its indexes are consistent after the fold and an advance
+    check_invariants(whole, now)
+    view = state_view(whole)
+    # (c) the bulk fold, at once and fed in chunks, reaches the same state
     bulk = bulk_fold(records)
     assert bulk.n == len(records)
+    assert state_view(advance(bulk, now)[0]) == view, "bulk fold"
+    folder = BulkFolder()
+    for chunk in in_chunks(records, cuts):
+        folder.feed(chunk)
+    assert state_view(advance(folder.finish(), now)[0]) == view, "bulk fold in chunks"
+    # (d) so does the incremental fold in chunks
+    state = empty()
+    for chunk in in_chunks(records, cuts):
+        state, _ = fold(state, chunk)
+    assert state_view(advance(state, now)[0]) == view, "incremental fold in chunks"
 
+
+# --- the fold never raises on any mapping at all ---------------------------------------
 
 FIELD_NAMES = sorted(ev.TASK_FIELDS | ev.OUR_FIELDS | {ev.F_GROUP, ev.F_TIMES})
 any_mappings = st.dictionaries(
@@ -70,13 +101,7 @@ def test_valid_events_are_not_counted_invalid() -> None:
     assert bulk_fold(records).invalid == 0
 
 
-# --- (b) invariants after every fold + advance ----------------------------------------------
-
-
-@CORE
-@given(any_logs, nows)
-def test_invariants_hold_after_fold_and_advance(records: list[dict[str, Any]], now: float) -> None:
-    check_invariants(folded(records, now), now)
+# --- invariants after every step ----------------------------------------------
 
 
 @CORE
@@ -102,49 +127,7 @@ def test_fold_leaves_its_input_state_untouched(records: list[dict[str, Any]], no
     assert state_view(base) == before
 
 
-# --- (c) bulk fold == incremental fold -------------------------------------------------------
-
-
-@CORE
-@given(any_logs, nows)
-def test_bulk_fold_equals_incremental_fold(records: list[dict[str, Any]], now: float) -> None:
-    incremental = folded(records, now)
-    bulk, _ = advance(bulk_fold(records), now)
-    assert state_view(bulk) == state_view(incremental)
-
-
-@WIDE
-@given(any_logs, st.lists(st.integers(min_value=0, max_value=40), max_size=5), nows)
-def test_bulk_fold_in_chunks_equals_bulk_fold_at_once(
-    records: list[dict[str, Any]], cuts: list[int], now: float
-) -> None:
-    folder = BulkFolder()
-    start = 0
-    for cut in sorted(cuts):
-        folder.feed(records[start:cut])
-        start = max(start, cut)
-    folder.feed(records[start:])
-    chunked, _ = advance(folder.finish(), now)
-    whole, _ = advance(bulk_fold(records), now)
-    assert state_view(chunked) == state_view(whole)
-
-
-# --- (d) folding in chunks == folding at once -------------------------------------------------
-
-
-@CORE
-@given(any_logs, st.lists(st.integers(min_value=0, max_value=40), max_size=6), nows)
-def test_chunked_fold_equals_fold_at_once(
-    records: list[dict[str, Any]], cuts: list[int], now: float
-) -> None:
-    state = empty()
-    start = 0
-    for cut in sorted(cuts):
-        state, _ = fold(state, records[start:cut])
-        start = max(start, cut)
-    state, _ = fold(state, records[start:])
-    state, _ = advance(state, now)
-    assert state_view(state) == state_view(folded(records, now))
+# --- folding one record at a time == folding at once -----------------------------------
 
 
 @WIDE
