@@ -161,3 +161,24 @@ def observable_view(state: QueueState, now: float) -> dict[str, Any]:
         "fingerprints": {k: set(v) for k, v in state.fingerprints.items()},
         "windows": recent_windows(state, now),
     }
+
+
+class Checked:
+    """The inputs each of a state machine's pure checks last ran on, so that an
+    invariant runs again only once something it reads has changed: about half the
+    steps change nothing (a refused command, a plan with nothing to do). Inputs are
+    compared by identity (states are immutable; a log list is passed with its length,
+    since records are only appended to it) and numbers by value; an unchanged input
+    gives the same verdict, which has already been checked."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[object, ...]] = {}
+
+    def due(self, check: str, *inputs: object) -> bool:
+        last = self._last.get(check)
+        self._last[check] = inputs
+        return last is None or not all(map(_same, last, inputs))
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b or (isinstance(a, int | float) and isinstance(b, int | float) and a == b)
