@@ -12,8 +12,8 @@ pid, liveness lock and exit code, which the server reports when it reaps the chi
 What forking skips is interpreter start-up and imports (including aiohttp and
 croniter, which a daemon imports on first use), which no daemon test is about
 (``tests/tools/test_replay_cli.py`` checks the daemon's imports in a fresh
-interpreter; the official SDK, ``snerd.Client`` and the stdin-redirect tests still
-exec real processes). Set ``SNERD_TEST_SPAWN=exec`` to exec every daemon instead.
+interpreter; the official SDK, the tests of ``snerd.Client``'s own start-up and the
+stdin-redirect tests still exec real processes). Set ``SNERD_TEST_SPAWN=exec`` to exec every daemon instead.
 """
 
 from __future__ import annotations

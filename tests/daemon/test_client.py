@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemonkit import WAIT, base_env, events_of, shim
+from daemonkit import WAIT, ForkingClient, base_env, events_of, shim
 
 from snerd.errors import DispatchError, ProtocolError
 from snerd.rpc.client import (
@@ -21,7 +21,9 @@ from snerd.rpc.client import (
 
 @pytest.fixture
 async def client(storage: Path) -> AsyncIterator[Client]:
-    c = Client(storage, env=base_env(clock=False))
+    """A client whose daemon is forked from the fork server: the API under test is the
+    same; the tests below that build a ``Client`` themselves exec the daemon as users do."""
+    c = ForkingClient(storage, env=base_env(clock=False))
     await c.start()
     yield c
     if c.returncode is None:
