@@ -13,7 +13,8 @@ What forking skips is interpreter start-up and imports (including aiohttp and
 croniter, which a daemon imports on first use), which no daemon test is about
 (``tests/tools/test_replay_cli.py`` checks the daemon's imports in a fresh
 interpreter; the official SDK, the tests of ``snerd.Client``'s own start-up and the
-stdin-redirect tests still exec real processes). Set ``SNERD_TEST_SPAWN=exec`` to exec every daemon instead.
+stdin-redirect tests still exec real processes). Set ``SNERD_TEST_SPAWN=exec`` to exec
+every daemon instead.
 """
 
 from __future__ import annotations
