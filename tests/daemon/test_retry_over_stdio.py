@@ -7,10 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from daemonkit import WAIT, Wire, base_env, events_of
+from daemonkit import WAIT, ForkingClient, Wire, base_env, events_of
 
 import snerd
-from snerd.rpc.client import Client
 
 
 async def test_exponential_backoff_waits_the_delay_written_in_the_log(daemon: Wire) -> None:
@@ -48,7 +47,7 @@ async def test_retry_false_dead_letters_at_once(daemon: Wire) -> None:
 async def test_the_client_sends_retry_false_for_snerd_fail(storage: Path) -> None:
     dead: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     calls: list[str] = []
-    async with Client(storage, env=base_env(clock=False)) as client:
+    async with ForkingClient(storage, env=base_env(clock=False)) as client:  # Client, forked
         client.on_max_retries_reached(dead.put_nowait)
 
         async def handle(task_id: str, data: Any) -> None:

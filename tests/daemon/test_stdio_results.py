@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from daemonkit import WAIT, base_env, events_of
+from daemonkit import WAIT, ForkingClient, base_env, events_of
 
 from snerd.projections.commands import MAX_RESULT_BYTES
 from snerd.rpc.client import Client
@@ -56,7 +56,7 @@ async def test_an_sdk_result_without_the_field_records_none(spawn: Any, storage:
 
 
 async def test_the_client_sends_a_handlers_return_value(storage: Path) -> None:
-    client = Client(storage, env=base_env(clock=False))
+    client = ForkingClient(storage, env=base_env(clock=False))  # Client, forked
     await client.start()
     try:
 

@@ -17,7 +17,7 @@ from snerd.embedded import Queue
 from snerd.rpc.client import Client
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
-from daemonkit import read_log
+from daemonkit import ForkingClient, read_log
 
 ENV = {"SNERD_LOG_LEVEL": "warning", "SNERD_DRAIN_TIMEOUT": "2"}
 
@@ -38,7 +38,7 @@ def storage(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def daemon(storage: Path) -> AsyncIterator[Client]:
-    client = Client(storage, env=ENV)
+    client = ForkingClient(storage, env=ENV)  # a real daemon process, forked (forkserver.py)
     await client.start()
     yield client
     await client.close_stdin()
