@@ -62,13 +62,14 @@ def test_every_fold_of_any_log_counts_keeps_invariants_and_agrees(
     bulk = bulk_fold(records)
     assert bulk.n == len(records)
     assert state_view(advance(bulk, now)[0]) == view, "bulk fold"
+    chunks = in_chunks(records, cuts)
     folder = BulkFolder()
-    for chunk in in_chunks(records, cuts):
+    for chunk in chunks:
         folder.feed(chunk)
     assert state_view(advance(folder.finish(), now)[0]) == view, "bulk fold in chunks"
     # (d) so does the incremental fold in chunks
     state = empty()
-    for chunk in in_chunks(records, cuts):
+    for chunk in chunks:
         state, _ = fold(state, chunk)
     assert state_view(advance(state, now)[0]) == view, "incremental fold in chunks"
 

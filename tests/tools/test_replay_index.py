@@ -112,10 +112,11 @@ def test_the_scan_yields_the_records_of_the_full_history(tmp_path_factory: Any, 
 # --- the census gives the summary's figures -----------------------------------------------
 
 
-def _census_agrees(storage: Path) -> bool:
+def _census_agrees(storage: Path, records: list[Any] | None = None) -> bool:
+    """(``records``: the storage's history, when read already.)"""
     source = open_source(storage)
     tally = fast_replay(source, NOW)
-    records = read_history(storage)
+    records = read_history(storage) if records is None else records
     full = summarize(records, NOW)
     if tally is None:
         return False
@@ -135,8 +136,9 @@ def test_the_census_agrees_with_the_summary_and_the_checked_one_vouches_only_for
     clean (``_checked_agrees``, below), with the same figures."""
     records, cuts = data
     storage = build_storage(tmp_path_factory.mktemp("c"), records, cuts)
-    _census_agrees(storage)
-    _checked_agrees(storage)
+    history = read_history(storage)
+    _census_agrees(storage, history)
+    _checked_agrees(storage, history)
 
 
 @settings(max_examples=examples(200), deadline=None,
@@ -236,13 +238,14 @@ def test_a_missing_or_damaged_index_is_rebuilt(tmp_path: Path, damage: str) -> N
 # --- the checked census vouches only for logs the full --verify finds clean ---------------------
 
 
-def _checked_agrees(storage: Path) -> bool:
+def _checked_agrees(storage: Path, records: list[Any] | None = None) -> bool:
+    """(``records``: the storage's history, when read already.)"""
     from snerd.tools.replay_checks import Verifier
 
     tally = fast_replay(open_source(storage), NOW, checked=True)
     if tally is None:
         return False
-    records = read_history(storage)
+    records = read_history(storage) if records is None else records
     full = audit(records, NOW, keep=lambda _: False, check=Verifier())
     assert full.problems == []
     assert (tally.counts(), tally.events, tally.invalid) == (
