@@ -205,6 +205,11 @@ class ForkServer:
         return future
 
     def close(self) -> None:
+        # shutdown, not only close: the reply thread is blocked in recv on this socket,
+        # and a close() alone leaves the socket open until that recv returns, so the
+        # server would never see the end of the session (it waited 10 s, then died).
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         try:
             self.process.wait(timeout=10)
