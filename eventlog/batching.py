@@ -119,6 +119,7 @@ class BatchingLog(EventLog):
         self._next_replay = 0.0
         self._unreadable_since: float | None = None
         self._recovery = asyncio.Lock()
+        self._faulted = asyncio.Event()  # set by a fault: the follower's wait ends at once
         self._fatal: asyncio.Future[BaseException] | None = None
         self._unsynced = False  # lines were written since the last fsync
         self._batch_size = 0
@@ -209,6 +210,7 @@ class BatchingLog(EventLog):
         self._stale = True
         self._next_replay = now
         self._blocked_until = now + self._backoff
+        self._faulted.set()
         log.warning(
             "storage fault: %s; answering reads from the last good state, writes are"
             " retried in %.2fs", exc, self._backoff,
@@ -256,7 +258,9 @@ class BatchingLog(EventLog):
                 await asyncio.sleep(max(0.0, self._next_replay - self.monotonic()))
                 await self._recover_if_due()
                 continue
-            await changed()
+            await self._changed_or_faulted(changed)
+            if self._stale:
+                continue
             try:
                 await self._follow_catch_up()
             except StorageUnavailable as exc:
@@ -266,6 +270,21 @@ class BatchingLog(EventLog):
                 if not self._closing:
                     log.error("log follower stopped: %s", exc)
                 return
+
+    async def _changed_or_faulted(self, changed: Callable[[], Awaitable[None]]) -> None:
+        """Await ``changed``, cut short by a storage fault that a write (or anything
+        but this follower) entered meanwhile: the replay's retries are then due on the
+        backoff's clock, not when the watcher next wakes (up to its safety interval)."""
+        self._faulted.clear()
+        waiting = asyncio.ensure_future(changed())
+        faulted = asyncio.ensure_future(self._faulted.wait())
+        try:
+            await asyncio.wait((waiting, faulted), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            faulted.cancel()
+        if waiting.done() and not waiting.cancelled():
+            waiting.result()  # what ``changed`` raised is the follower's to see
 
     async def _follow_catch_up(self) -> None:
         """The follower's catch-up after ``changed`` (a backend may read aside)."""

@@ -132,7 +132,7 @@ async def test_a_storage_that_is_gone_for_good_ends_the_daemon_with_the_reason(
     spawn: Spawn, disk: Path
 ) -> None:
     storage = disk / "store"
-    wire = await spawn(storage=storage, env={"SNERD_STORAGE_GIVE_UP_SECONDS": "1"})
+    wire = await spawn(storage=storage, env={"SNERD_STORAGE_GIVE_UP_SECONDS": "0.2"})
     await wire.ack("a")
     fill(disk)
     shutil.rmtree(storage / "tasks")  # the open log keeps its blocks: still full

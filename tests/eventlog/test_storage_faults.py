@@ -19,7 +19,7 @@ import pytest
 from logkit import FileBackend, Recorder
 
 from snerd.errors import LogError
-from snerd.eventlog import batching, compaction
+from snerd.eventlog import batching, compaction, filelog
 from snerd.eventlog.base import StorageUnavailable
 from snerd.eventlog.filelog import FileLog
 
@@ -199,3 +199,31 @@ async def test_a_read_error_while_following_is_survived(opened, monkeypatch, tmp
     await log.append(put("c"))
     assert sorted(rec.state) == ["a", "b", "c"]
 
+
+
+async def test_the_follower_retries_a_failed_replay_when_due_without_a_request(
+    opened, monkeypatch, tmp_path
+):
+    """A write's fault whose replay fails too: the follower retries on the backoff's
+    clock and gives up in time, with no request to drive it, however long the watcher
+    would sleep (here an hour: without its wake-up the test meets its deadline)."""
+    real_watch = filelog.watch
+
+    def sleepy_watch(*args: Any, **kwargs: Any) -> Any:
+        return real_watch(*args, **{**kwargs, "safety_interval": 3600.0})
+
+    monkeypatch.setattr(filelog, "watch", sleepy_watch)
+    log, _rec, clock = await opened(follow=True, poll_interval=3600.0)
+    log.give_up_seconds = 30.0
+    await log.append(put("a"))
+    await asyncio.sleep(0)  # the follower is in its wait
+    fatal = asyncio.ensure_future(log.wait_fatal())
+    path = tmp_path / "s" / "tasks" / "tasks.log"
+    Disk(monkeypatch).full = True
+    path.rename(path.with_name("moved-away.log"))  # the replay cannot reopen it
+    with pytest.raises(StorageUnavailable):
+        await log.append(put("b"))
+    assert not fatal.done()
+    clock.now += 31.0  # past give_up_seconds: the follower's next retry gives up
+    reason = await asyncio.wait_for(fatal, timeout=30.0)
+    assert "storage failed for good" in str(reason) and "No such file" in str(reason)
