@@ -43,22 +43,47 @@ def _first_line(exc: BaseException) -> str:
 
 
 async def ensure_schema(conn: psycopg.AsyncConnection[tuple[Any, ...]], queue: str) -> None:
-    """Create our schema (first use) and the queue's row; refuse a newer schema."""
+    """Create our schema (first use) and the queue's row; refuse a newer schema.
+
+    On a schema already in place (every open but the first) this is two statements: the
+    check (:data:`~schema.SELECT_CURRENT`) and the queue's row, without the setup's
+    transaction, its advisory lock (which would queue every opener behind each other)
+    and its DDL. ``conn`` is an autocommit connection outside a transaction."""
+    try:
+        cur = await conn.execute(schema.SELECT_CURRENT, schema.current_params())
+        row = await cur.fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None  # never created: the setup below creates it
+    if row is None or not schema.is_current(row[0], row[1]):
+        await create_schema(conn)
+    await conn.execute(schema.ADD_QUEUE, (queue,))
+
+
+async def create_schema(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+    """Run the setup (idempotent; first users race on its advisory lock)."""
     async with conn.transaction():
         for statement in schema.SETUP:
             await conn.execute(statement, schema.setup_params() if "%(" in statement else None)
         cur = await conn.execute(schema.SELECT_VERSION)
         row = await cur.fetchone()
         schema.check_version(None if row is None else row[0])
-        await conn.execute(schema.ADD_QUEUE, (queue,))
 
 
 def ensure_schema_sync(conn: psycopg.Connection[tuple[Any, ...]], queue: str) -> None:
     """:func:`ensure_schema` on a blocking connection."""
+    try:
+        row = conn.execute(schema.SELECT_CURRENT, schema.current_params()).fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    if row is None or not schema.is_current(row[0], row[1]):
+        create_schema_sync(conn)
+    conn.execute(schema.ADD_QUEUE, (queue,))
+
+
+def create_schema_sync(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """:func:`create_schema` on a blocking connection."""
     with conn.transaction():
         for statement in schema.SETUP:
             conn.execute(statement, schema.setup_params() if "%(" in statement else None)
         row = conn.execute(schema.SELECT_VERSION).fetchone()
         schema.check_version(None if row is None else row[0])
-        conn.execute(schema.ADD_QUEUE, (queue,))
-

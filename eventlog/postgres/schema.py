@@ -17,6 +17,7 @@ hold the same records and checksums.
 from __future__ import annotations
 
 import hashlib
+import re
 
 from snerd.errors import LogError
 
@@ -73,11 +74,33 @@ SETUP: list[str] = [
 """Statements run in one transaction on first use (parameters: :func:`setup_params`)."""
 
 SELECT_VERSION = f"SELECT max(version) FROM {SCHEMA}.version"
+
+TABLES: tuple[str, ...] = tuple(re.findall(rf"CREATE TABLE IF NOT EXISTS {SCHEMA}\.(\w+)", _DDL))
+"""Our tables, as :data:`SETUP` creates them."""
+
+SELECT_CURRENT = (
+    f"SELECT (SELECT max(version) FROM {SCHEMA}.version),"
+    " (SELECT count(to_regclass(t)) FROM unnest(%s::text[]) AS t)"
+)
+"""One round trip that tells whether the schema is already in place (:func:`is_current`);
+it fails with ``undefined_table`` where it was never created. Any change to the DDL
+bumps :data:`VERSION`, so a current version and every table present mean nothing to do."""
 ADD_QUEUE = f"INSERT INTO {SCHEMA}.queues (queue) VALUES (%s) ON CONFLICT DO NOTHING"
 
 
 def setup_params() -> dict[str, int]:
     return {"key": lock_key("schema", SCHEMA), "version": VERSION}
+
+
+def current_params() -> tuple[list[str]]:
+    return ([f"{SCHEMA}.{table}" for table in TABLES],)
+
+
+def is_current(found: int | None, tables: int) -> bool:
+    """Whether :data:`SELECT_CURRENT`'s answer means the schema needs no setup (a newer
+    version is refused first, as the setup would)."""
+    check_version(found)
+    return found == VERSION and tables == len(TABLES)
 
 
 def check_version(found: int | None) -> None:

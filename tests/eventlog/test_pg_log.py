@@ -177,6 +177,95 @@ def test_a_newer_schema_is_refused() -> None:
         check_version(VERSION + 1)
 
 
+def test_the_schema_check_tells_current_from_missing_and_refuses_newer() -> None:
+    from snerd.eventlog.postgres.schema import TABLES, VERSION, is_current
+
+    assert TABLES == ("version", "queues", "log", "archives", "archive_log", "daemons")
+    assert is_current(VERSION, len(TABLES))
+    assert not is_current(None, len(TABLES))  # the version row never written
+    assert not is_current(VERSION, len(TABLES) - 1)  # a table missing
+    assert not is_current(VERSION - 1, len(TABLES))  # an older schema: the setup runs
+    with pytest.raises(LogError, match=f"version {VERSION + 1}"):
+        is_current(VERSION + 1, len(TABLES))
+
+
+class _Recording:
+    """A blocking connection that records its statements; ``answer`` replaces the
+    schema check's reply (a row, or an exception to raise)."""
+
+    def __init__(self, conn: Any, answer: Any = None) -> None:
+        self.conn, self.answer, self.statements = conn, answer, []
+
+    def execute(self, query: str, params: Any = None) -> Any:
+        from snerd.eventlog.postgres.schema import SELECT_CURRENT
+
+        self.statements.append(query)
+        if query == SELECT_CURRENT and self.answer is not None:
+            if isinstance(self.answer, BaseException):
+                raise self.answer
+            return _Row(self.answer)
+        return self.conn.execute(query, params)
+
+    def transaction(self) -> Any:
+        return self.conn.transaction()
+
+
+class _Row:
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self.row = row
+
+    def fetchone(self) -> tuple[Any, ...]:
+        return self.row
+
+
+def test_opening_on_a_current_schema_runs_only_the_check_and_the_queue_row() -> None:
+    import psycopg
+
+    from snerd.eventlog.postgres.connect import ensure_schema_sync
+    from snerd.eventlog.postgres.schema import ADD_QUEUE, SELECT_CURRENT, TABLES, VERSION
+
+    pgkit.require_pg()
+    queue = pgkit.fresh_queue()
+    try:
+        with psycopg.connect(pgkit.PG_URL, autocommit=True) as conn:
+            rec = _Recording(conn)
+            ensure_schema_sync(rec, queue)  # type: ignore[arg-type]
+            assert rec.statements == [SELECT_CURRENT, ADD_QUEUE]  # no lock, no DDL
+            row = conn.execute("SELECT queue FROM snerd.queues WHERE queue = %s", (queue,))
+            assert row.fetchone() == (queue,)
+            # a table missing, the schema never made, an older version: the setup runs
+            for answer in [(VERSION, len(TABLES) - 1), psycopg.errors.UndefinedTable("x"),
+                           (VERSION - 1, len(TABLES))]:  # fmt: skip
+                rec = _Recording(conn, answer)
+                ensure_schema_sync(rec, queue)  # type: ignore[arg-type]
+                creates = [s for s in rec.statements if s.startswith("CREATE TABLE")]
+                assert len(creates) == len(TABLES), answer
+                assert rec.statements[-1] == ADD_QUEUE
+    finally:
+        pgkit.drop_queue(queue)
+
+
+async def test_the_async_open_skips_the_setup_on_a_current_schema(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snerd.eventlog.postgres import connect
+
+    ran: list[str] = []
+    real = connect.create_schema
+
+    async def counting(conn: Any) -> None:
+        ran.append("setup")
+        await real(conn)
+
+    monkeypatch.setattr(connect, "create_schema", counting)
+    await _open(backend, logs, follow=False)  # the backend made the schema already
+    assert ran == []
+    monkeypatch.setattr(connect.schema, "is_current", lambda found, tables: False)
+    log, _ = await _open(backend, logs, follow=False)
+    assert ran == ["setup"]
+    await log.append(recs("a"))  # and the log it opened works
+
+
 def test_placeholders_are_numbered_as_the_server_takes_them() -> None:
     from snerd.eventlog.postgres import sql
     from snerd.eventlog.postgres.wire import numbered
