@@ -380,11 +380,12 @@
           h("td", { class: "err", title: r.lastError || "", text: r.lastError || "—" }), h("td", { class: "num", text: `${r.retryCount} / ${r.maxRetries}` }),
           h("td", { text: when(r.deadLetteredAt) }),
           h("td", {}, h("div", { class: "actions" },
-            h("button", { class: "primary", text: "Requeue", onclick: () => act("POST", `/api/dlq/${key}/requeue`, `Requeued ${r.dlqKey}`).then(reload) }),
-            h("button", { class: "danger", text: "Delete", onclick: () => confirm(`Delete ${r.dlqKey} for good?`) && act("DELETE", `/api/dlq/${key}`, `Deleted ${r.dlqKey}`).then(reload) }))));
+            h("button", { class: "primary", text: "Requeue", onclick: () => act("POST", `/api/dlq/${key}/requeue`, `Requeued ${r.dlqKey}`).then(refresh) }),
+            h("button", { class: "danger", text: "Delete", onclick: () => confirm(`Delete ${r.dlqKey} for good?`) && act("DELETE", `/api/dlq/${key}`, `Deleted ${r.dlqKey}`).then(refresh) }))));
       }) : [h("tr", {}, h("td", { colspan: 7, class: "empty", text: "The dead-letter queue is empty." }))]));
     }
-    const reload = throttle(() => load().catch((e) => toast(e.message, true)), 800);
+    const refresh = () => load().catch((e) => toast(e.message, true)); // after the user's own action: at once
+    const reload = throttle(refresh, 800); // after changes anyone made: at most every 0.8 s
     reload();
     return { onChanged: reload, onProgress() {} };
   }
