@@ -189,3 +189,25 @@ class Checked:
 
 def _same(a: object, b: object) -> bool:
     return a is b or (isinstance(a, int | float) and isinstance(b, int | float) and a == b)
+
+
+class RunningAudit:
+    """``audit(log, now, check=Verifier()).problems``, carried on as ``log`` grows: an
+    audit is a left fold over the records (each judged as of its own ``ts``), so the
+    problems of a prefix plus those of the rest are those of the whole. A new ``log``
+    (a compaction replaced the file) starts a new audit."""
+
+    def __init__(self) -> None:
+        self._log: list[Any] | None = None
+        self._upto = 0
+
+    def problems(self, log: list[Any], now: float) -> list[Any]:
+        from snerd.projections.history import Audit
+        from snerd.tools.replay_checks import Verifier
+
+        if self._log is not log:
+            self._log, self._upto = log, 0
+            self._auditor = Audit(check=Verifier(), now=now)
+        self._auditor.feed(log[self._upto :])
+        self._upto = len(log)
+        return self._auditor.problems
