@@ -85,6 +85,7 @@ SELECT_CURRENT = (
 """One round trip that tells whether the schema is already in place (:func:`is_current`);
 it fails with ``undefined_table`` where it was never created. Any change to the DDL
 bumps :data:`VERSION`, so a current version and every table present mean nothing to do."""
+
 ADD_QUEUE = f"INSERT INTO {SCHEMA}.queues (queue) VALUES (%s) ON CONFLICT DO NOTHING"
 
 
