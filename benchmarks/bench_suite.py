@@ -14,7 +14,9 @@ with ``CI=true`` (so Hypothesis is derandomized) and ``SNERD_TEST_PG_URL`` passe
 - before every run the trees' test bytecode is removed, as on a fresh clone where
   ``PYTHONDONTWRITEBYTECODE=1`` keeps pytest from caching its rewritten test modules;
 - every run gets its own ``--basetemp``, deleted after the clock stops (pytest's own
-  clean-up of older runs' directories is not counted, nor left to the next run).
+  clean-up of older runs' directories is not counted, nor left to the next run), then
+  the disk is synced and left alone a few seconds, so that no run pays for the last
+  one's deletions.
 
 Runs take minutes each; a failing run is reported, and its time is still shown.
 """
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SETTLE_SECONDS = 5.0  # after each run's clean-up, before the next run (not timed)
 SUMMARY = re.compile(
     r"^=*\s*(?P<counts>\d+ (?:passed|failed|errors?|skipped|deselected)[^\n]*?)"
     r" in (?P<seconds>[\d.]+)s\b", re.M
@@ -89,6 +92,8 @@ def run_suite(name: str, tree: Path, scratch: Path, baseline: bool) -> Run:
                           check=False)  # fmt: skip
     wall = time.perf_counter() - start
     shutil.rmtree(basetemp, ignore_errors=True)
+    os.sync()  # the next run starts on a quiet disk: deleting a suite's files queues
+    time.sleep(SETTLE_SECONDS)  # work (ext4 with ``discard`` trims them) it would pay
     found = summary(done.stdout)
     if found is None:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
