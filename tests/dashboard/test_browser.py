@@ -154,3 +154,19 @@ async def test_requeue_from_the_dlq_end_to_end(page, engine):
     await expect(page.locator("#dlq-count")).to_have_text("1")
     await page.goto(page.base_url + "#/tasks?state=pending")
     await expect(page.locator('#tasks tr[data-task-id="doomed"] .badge')).to_have_text("pending")
+
+
+async def test_cancel_from_the_task_page_shows_it_cancelled_at_once(page, engine):
+    from playwright.async_api import expect
+
+    # No live updates for this page (its WebSocket never reaches the server): only the
+    # reload the click itself asks for can show the change.
+    await page.route_web_socket("**/ws", lambda ws: None)
+    await page.goto(page.base_url + "#/task/later")
+    badge = page.locator(".detail-head .badge").first
+    await expect(badge).to_have_text("scheduled")
+    await page.get_by_role("button", name="Cancel task").click()
+    await expect(page.locator(".toast").first).to_contain_text("Cancelled")
+    await expect(badge).to_have_text("cancelled")
+    assert "later" not in engine.state.tasks
+    await expect(page.get_by_role("button", name="Cancel task")).to_have_count(0)

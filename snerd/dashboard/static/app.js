@@ -179,9 +179,9 @@
   }
 
   // --- task list ------------------------------------------------------------------------------
-  function taskRow(t) {
+  function taskRow(t, refresh) {
     const cancel = CANCELLABLE.has(t.state)
-      ? h("button", { class: "danger", text: "Cancel", onclick: () => act("POST", `/api/tasks/${encodeURIComponent(t.id)}/cancel`, `Cancelled ${t.id}`) })
+      ? h("button", { class: "danger", text: "Cancel", onclick: () => act("POST", `/api/tasks/${encodeURIComponent(t.id)}/cancel`, `Cancelled ${t.id}`).then(refresh) })
       : null;
     return h("tr", { "data-task-id": t.id, "data-state": t.state },
       h("td", {}, taskLink(t.id)), h("td", { text: t.type }), h("td", {}, badge(t.state)),
@@ -215,9 +215,10 @@
       if (!res.ok) throw new Error(rows.error || res.statusText);
       const total = Number(res.headers.get("X-Total-Count") || rows.length);
       count.textContent = total > rows.length ? `showing ${rows.length} of ${total}` : `${total} task${total === 1 ? "" : "s"}`;
-      put(tbody, ...(rows.length ? rows.map(taskRow) : [h("tr", {}, h("td", { colspan: 7, class: "empty", text: "No tasks match." }))]));
+      put(tbody, ...(rows.length ? rows.map((t) => taskRow(t, refresh)) : [h("tr", {}, h("td", { colspan: 7, class: "empty", text: "No tasks match." }))]));
     }
-    const reload = throttle(() => load().catch((e) => toast(e.message, true)), 800);
+    const refresh = () => load().catch((e) => toast(e.message, true)); // after the user's own action: at once
+    const reload = throttle(refresh, 800); // after changes anyone made: at most every 0.8 s
     const apply = () => { history.replaceState(null, "", `#/tasks${query().toString() ? "?" + query() : ""}`); reload(); };
     stateSel.addEventListener("change", apply);
     typeSel.addEventListener("change", apply);
@@ -305,11 +306,11 @@
     async function loadTask() {
       try { task = await get(`/api/tasks/${enc}`); } catch (e) { if (e.status !== 404) throw e; task = null; }
       const buttons = [];
-      if (task && CANCELLABLE.has(task.state)) buttons.push(h("button", { class: "danger", text: "Cancel task", onclick: () => act("POST", `/api/tasks/${enc}/cancel`, "Cancelled") }));
+      if (task && CANCELLABLE.has(task.state)) buttons.push(h("button", { class: "danger", text: "Cancel task", onclick: () => act("POST", `/api/tasks/${enc}/cancel`, "Cancelled").then(refresh) }));
       if (task && task.state === "dead_lettered") {
         const key = encodeURIComponent(task.dlqKey || id);
-        buttons.push(h("button", { class: "primary", text: "Requeue", onclick: () => act("POST", `/api/dlq/${key}/requeue`, "Requeued") }),
-          h("button", { class: "danger", text: "Delete", onclick: () => confirm(`Delete ${id} from the dead-letter queue for good?`) && act("DELETE", `/api/dlq/${key}`, "Deleted") }));
+        buttons.push(h("button", { class: "primary", text: "Requeue", onclick: () => act("POST", `/api/dlq/${key}/requeue`, "Requeued").then(refresh) }),
+          h("button", { class: "danger", text: "Delete", onclick: () => confirm(`Delete ${id} from the dead-letter queue for good?`) && act("DELETE", `/api/dlq/${key}`, "Deleted").then(refresh) }));
       }
       put(head, h("div", {}, h("h1", {}, h("span", { class: "mono", text: id }), task ? badge(task.state) : badge("absent")),
         h("p", { class: "sub", text: task ? `type ${task.type}` : "Not in the queue now (completed long ago, purged, or never enqueued)." })),
@@ -346,7 +347,8 @@
         put(tl, h("li", { class: "empty", text: "No recorded history for this id." }));
       }
     }
-    const reload = throttle(() => Promise.all([loadTask(), loadHistory()]).catch((e) => toast(e.message, true)), 1200);
+    const refresh = () => Promise.all([loadTask(), loadHistory()]).catch((e) => toast(e.message, true)); // after the user's own action
+    const reload = throttle(refresh, 1200); // after changes anyone made
     reload();
     return {
       onChanged(msg) { if (msg.reset || msg.more || msg.ids.includes(id) || (task && task.children.some((c) => msg.ids.includes(c.id)))) reload(); },
