@@ -143,6 +143,9 @@ async def test_live_progress_appears_without_reload(page, engine):
 async def test_requeue_from_the_dlq_end_to_end(page, engine):
     from playwright.async_api import expect
 
+    # no live updates (the WebSocket never reaches the server): the list and the counts
+    # change only through the reload the click itself asks for
+    await page.route_web_socket("**/ws", lambda ws: None)
     await page.goto(page.base_url + "#/dlq")
     row = page.locator('#dlq tr[data-task-id="doomed"]')
     await expect(row).to_contain_text("import exploded")
