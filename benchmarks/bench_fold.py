@@ -47,14 +47,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -384,17 +382,6 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
-def _extract(rev: str, into: str) -> None:
-    """The tree at git revision ``rev``, written under ``into`` (``git archive``)."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev],
-                             capture_output=True, check=False)  # fmt: skip
-    if archive.returncode != 0:
-        sys.exit(f"bench_fold: git archive {rev} failed: "
-                 f"{archive.stderr.decode(errors='replace').strip()}")  # fmt: skip
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="tar")
-
-
 def _compiled_copy(into: str) -> str:
     """A copy of this tree with the modules a wheel compiles (``setup.py``: mypyc)
     built in place, as ``pip install .`` would run them."""
@@ -412,7 +399,9 @@ def _against(args: argparse.Namespace) -> None:
     """This tree against the tree at ``args.baseline``, alternating child processes."""
     with (tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base,
           tempfile.TemporaryDirectory(prefix="snerd-fold-now-") as built):  # fmt: skip
-        _extract(args.baseline, base)
+        from benchmarks.trees import extract  # (the parent only: a child may run an old tree)
+
+        extract(args.baseline, base, "bench_fold")
         trees = {args.baseline: base, "now": _compiled_copy(built) if args.compiled else str(REPO)}
         child = [sys.executable, str(Path(__file__).resolve()), "--child",
                  "--records", str(args.records), "--live", str(args.live),
@@ -494,7 +483,9 @@ def _instructions(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base:
         trees = {"now": str(REPO)}
         if args.baseline:
-            _extract(args.baseline, base)
+            from benchmarks.trees import extract
+
+            extract(args.baseline, base, "bench_fold")
             trees = {args.baseline: base, **trees}
         print(f"projection fold, instructions per record (callgrind, {args.records:,} "
               f"records, batches of 1..{args.max_batch}, python {sys.version.split()[0]}; "

@@ -24,18 +24,18 @@ Runs take minutes each; a failing run is reported, and its time is still shown.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.trees import extract
 
 REPO = Path(__file__).resolve().parents[1]
 SETTLE_SECONDS = 5.0  # after each run's clean-up, before the next run (not timed)
@@ -61,16 +61,6 @@ def summary(output: str) -> tuple[str, float] | None:
         return None
     counts, seconds = found[-1]
     return counts.strip(" ="), float(seconds)
-
-
-def _extract(rev: str, into: Path) -> None:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev],
-                             capture_output=True, check=False)  # fmt: skip
-    if archive.returncode != 0:
-        sys.exit(f"bench_suite: git archive {rev} failed: "
-                 f"{archive.stderr.decode(errors='replace').strip()}")  # fmt: skip
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="tar")
 
 
 def _drop_test_bytecode(tree: Path) -> None:
@@ -112,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         scratch = Path(raw)
         base = scratch / "baseline"
         base.mkdir()
-        _extract(args.baseline, base)
+        extract(args.baseline, base, "bench_suite")
         print(f"the suite, {args.baseline} against this tree, {args.rounds} interleaved "
               f"round(s) (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)",
               flush=True)  # fmt: skip

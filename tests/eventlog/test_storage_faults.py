@@ -200,7 +200,6 @@ async def test_a_read_error_while_following_is_survived(opened, monkeypatch, tmp
     assert sorted(rec.state) == ["a", "b", "c"]
 
 
-
 async def test_the_follower_retries_a_failed_replay_when_due_without_a_request(
     opened, monkeypatch, tmp_path
 ):
