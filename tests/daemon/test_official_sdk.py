@@ -155,7 +155,7 @@ async def test_sdk_timeout_reports_its_own_error_first(queue: Any, tmp_path: Pat
     queue.register_handler("slow", slow)
     await queue.start_listening()
     await asyncio.wait_for(queue.enqueue("s", "slow", {}, max_retries=0,
-                                         max_execution_seconds=1), WAIT)  # fmt: skip
+                                         max_execution_seconds=0.25), WAIT)  # fmt: skip
     await asyncio.wait_for(started.wait(), WAIT)
     storage = tmp_path / "store"
     for _ in range(300):
