@@ -151,7 +151,8 @@ async def run_demo(storage: Path, *, port: int | None, fast: bool, linger: bool)
             await queue.enqueue(step.id, step.type, step.data, **step.options)
         for task_type, handler in handlers(fast=fast).items():  # after enqueueing: by urgency
             queue.handler(task_type)(handler)
-        await _watch(tracker, queue.engine, out, started, timeout=30.0 if fast else 60.0)
+        await _watch(tracker, queue.engine, out, started, timeout=30.0 if fast else 60.0,
+                     tick=0.02 if fast else 0.1)
         table, line = summary(tracker, queue.engine)
         out.print(table)
         out.print(
@@ -170,7 +171,7 @@ async def run_demo(storage: Path, *, port: int | None, fast: bool, linger: bool)
 
 
 async def _watch(
-    tracker: Tracker, engine: Any, out: Console, started: float, timeout: float
+    tracker: Tracker, engine: Any, out: Console, started: float, timeout: float, tick: float
 ) -> None:
     header = "[bold]snerd demo[/]: a nightly-report workflow on the embedded queue"
     deadline = started + timeout
@@ -187,7 +188,7 @@ async def _watch(
     )
     with live or contextlib.nullcontext():
         while not _settled(tracker, engine) and time.time() < deadline:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(tick)
             for news in tracker.news[seen:]:
                 out.print(f"[dim]{time.time() - started:5.1f}s[/] {news}", soft_wrap=True)
             seen = len(tracker.news)
