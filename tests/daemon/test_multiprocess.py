@@ -9,7 +9,7 @@ from typing import Any
 
 from daemonkit import assert_sound_history, compacting_workload, events_of, read_log
 
-FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.1"}
+FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.05"}
 
 
 async def wait_until(condition, timeout: float, what: str, step: float = 0.02) -> None:
