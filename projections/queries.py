@@ -83,7 +83,8 @@ def pick_many(
         if best is None:
             return out
         _, lane, task = best
-        lanes[lane] = heap.pop(lanes[lane])
+        if len(out) + 1 < limit:  # (the last pick needs no pop: ``lanes`` is ours)
+            lanes[lane] = heap.pop(lanes[lane])
         if task.rate_group:
             group = task.rate_group
             windows[group] = extend_window(windows.get(group, state.windows.get(group, ())), (now,))
