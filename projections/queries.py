@@ -83,12 +83,13 @@ def pick_many(
         if best is None:
             return out
         _, lane, task = best
-        if len(out) + 1 < limit:  # (the last pick needs no pop: ``lanes`` is ours)
-            lanes[lane] = heap.pop(lanes[lane])
+        out.append(task)
+        if len(out) >= limit:  # the last pick: what follows only serves the next one
+            return out
+        lanes[lane] = heap.pop(lanes[lane])
         if task.rate_group:
             group = task.rate_group
             windows[group] = extend_window(windows.get(group, state.windows.get(group, ())), (now,))
-        out.append(task)
         picked.add(task.id)
     return out
 
