@@ -134,11 +134,11 @@ def tally(
     any: a claim's ``waited`` (latency), an outcome's time since its claim (run time).
     ``entry`` is the live task as it was before the event's rule changed it."""
     kind = kind_of(event, entry)
-    name = HISTOGRAM_OF.get(metric)
-    if name is not None:
-        seconds = observed_seconds(metric, event, entry)
+    observes = OBSERVES.get(metric)
+    if observes is not None:
+        seconds = observes[1](event, entry)
         if seconds is not None:
-            return (metric, kind), ((name, kind), seconds)
+            return (metric, kind), ((observes[0], kind), seconds)
     return (metric, kind), None
 
 
@@ -153,30 +153,47 @@ def kind_of(event: Event, entry: Entry | None) -> str:
     return entry.task_type if entry is not None else ""
 
 
+def _waited(event: Event, entry: Entry | None) -> float | None:
+    """What a start observes: the claim's ``waited``."""
+    return event.waited if type(event) is Claimed else None
+
+
+def _run_time(event: Event, entry: Entry | None) -> float | None:
+    """What an outcome observes: its time since the claim it ends (none unclaimed)."""
+    if entry is None:
+        return None
+    claim = entry.claim
+    if claim is None:
+        return None
+    # record_time(event.record), its common case (an int in range) inline: a replay
+    # observes millions of outcomes
+    at = event.record.get(_F_TS)
+    at = at / 1000.0 if type(at) is int and 0 <= at <= _MAX_MS else _ms_time(at)
+    return None if at is None else at - claim.at
+
+
+Observe = Callable[[Event, Entry | None], float | None]
+
+OBSERVES: Final[dict[str, tuple[str, Observe]]] = {
+    STARTED: (LATENCY, _waited),
+    COMPLETED: (RUN_TIME, _run_time),
+    FAILED_ATTEMPTS: (RUN_TIME, _run_time),
+}
+"""The histogram a metric's count observes into, and what it observes there: a
+claim's ``waited``; an outcome's time since the claim it ends."""
+
+HISTOGRAM_OF: Final[dict[str, str]] = {metric: name for metric, (name, _) in OBSERVES.items()}
+"""The histogram a metric's count observes into (see :data:`OBSERVES`)."""
+
+
 def observed_seconds(metric: str, event: Event, entry: Entry | None) -> float | None:
-    """The duration a count of ``metric`` observes in its histogram (``HISTOGRAM_OF``),
-    if any: a claim's ``waited``; an outcome's time since the claim it ends."""
-    if metric == STARTED:
-        if type(event) is Claimed:
-            return event.waited
-    elif metric in _OUTCOMES and entry is not None and entry.claim is not None:
-        # record_time(event.record), its common case (an int in range) inline: a
-        # replay observes millions of outcomes
-        at = event.record.get(_F_TS)
-        at = at / 1000.0 if type(at) is int and 0 <= at <= _MAX_MS else _ms_time(at)
-        if at is not None:
-            return at - entry.claim.at
-    return None
-
-
-HISTOGRAM_OF: Final[dict[str, str]] = {STARTED: LATENCY, COMPLETED: RUN_TIME,
-                                       FAILED_ATTEMPTS: RUN_TIME}  # fmt: skip
-"""The histogram a metric's count observes into (see :func:`observed_seconds`)."""
+    """The duration a count of ``metric`` observes in its histogram, if any."""
+    observes = OBSERVES.get(metric)
+    return None if observes is None else observes[1](event, entry)
 
 
 _new: Final = tuple.__new__  # a NamedTuple built without its Python-level __new__
 _F_TASK_TYPE: Final = ev.F_TASK_TYPE
-_OUTCOMES: Final = frozenset((COMPLETED, FAILED_ATTEMPTS))
 _F_TS: Final = ev.F_TS
 _MAX_MS: Final = ev.MAX_MS
 _ms_time: Final = ev.ms_time

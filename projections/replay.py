@@ -30,12 +30,11 @@ from snerd.projections.events import (
     decode,
 )
 from snerd.projections.evolve import (
-    HISTOGRAM_OF,
+    OBSERVES,
     RULES,
     Entry,
     Tables,
     kind_of,
-    observed_seconds,
     step_all,
 )
 from snerd.projections.rates import extend_window
@@ -99,7 +98,7 @@ def _samples() -> defaultdict[str, list[float]]:
     return defaultdict(list)
 
 
-_HISTOGRAM_OF: Final = HISTOGRAM_OF
+_OBSERVES: Final = OBSERVES
 _F_TASK_TYPE: Final = ev.F_TASK_TYPE
 _F_SEQ: Final = ev.F_SEQ
 _F_EVENT: Final = ev.F_EVENT
@@ -216,11 +215,11 @@ class BulkFolder(Tables):
         if type(kind) is not str:
             kind = kind_of(event, entry)
         self.kinds[metric].append(kind)
-        name = _HISTOGRAM_OF.get(metric)
-        if name is not None:
-            seconds = observed_seconds(metric, event, entry)
+        observes = _OBSERVES.get(metric)
+        if observes is not None:
+            seconds = observes[1](event, entry)
             if seconds is not None:
-                self.samples[name][kind].append(seconds)
+                self.samples[observes[0]][kind].append(seconds)
         if self.on_count is not None:
             self.on_count(metric, event)
 
