@@ -182,10 +182,6 @@ OBSERVES: Final[dict[str, tuple[str, Observe]]] = {
 """The histogram a metric's count observes into, and what it observes there: a
 claim's ``waited``; an outcome's time since the claim it ends."""
 
-HISTOGRAM_OF: Final[dict[str, str]] = {metric: name for metric, (name, _) in OBSERVES.items()}
-"""The histogram a metric's count observes into (see :data:`OBSERVES`)."""
-
-
 def observed_seconds(metric: str, event: Event, entry: Entry | None) -> float | None:
     """The duration a count of ``metric`` observes in its histogram, if any."""
     observes = OBSERVES.get(metric)
