@@ -15,26 +15,12 @@ croniter, which a daemon imports on first use), which no daemon test is about
 interpreter; the official SDK, the tests of ``snerd.Client``'s own start-up and the
 stdin-redirect tests still exec real processes). Set ``SNERD_TEST_SPAWN=exec`` to exec
 every daemon instead.
-
-The server keeps children forked ahead (*spares*), so that a test waits neither for
-the fork nor for what a fresh fork pays on its first run: a forked child shares the
-server's memory copy-on-write, and its first ``serve()`` wrote to ~1,200 shared pages
-(reference counts, the interpreter's inline caches), each write a page fault and a copy:
-~9 ms from fork to a daemon that answers, against ~3.5 ms for a second ``serve()`` in the
-same process (measured on the 2-core VMs; ``benchmarks/README.md``). A spare runs one
-throwaway ``serve()`` on a temporary storage directory (stdin at EOF, stdout to
-/dev/null, the system clock, default settings) while the test before it runs on the
-other core, then waits for its request. Everything that throwaway run leaves behind is
-what any daemon leaves in its own process after serving: the pure caches of instant
-parsing, the interpreter's specialised bytecode; it opened, locked and closed a storage
-that no test sees. A spare is used once; the next request gets the next spare.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
 import contextlib
 import itertools
@@ -52,9 +38,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-SPARES = 2
-"""Daemons forked and warmed ahead: two, so that a test that follows a quick one still
-finds one warm (a warm-up takes ~10 ms on the other core)."""
 PRELOAD = ("aiohttp", "croniter", "snerd.dispatcher.webhooks")
 """Imported by the server too: the daemon imports them lazily, on its first webhook
 or cron task, and each test would pay that import again."""
@@ -90,15 +73,6 @@ def _server(fd: int) -> None:  # pragma: no cover - runs in the fork server proc
     def send(message: dict[str, Any]) -> None:
         sock.sendall(json.dumps(message).encode())
 
-    server_fds = (fd, wake_r, wake_w)
-    spares: collections.deque[tuple[int, socket.socket]] = collections.deque()
-
-    def fork_spare(warm: bool = True) -> tuple[int, socket.socket]:
-        # (the child must not hold the other spares' channels, or they never see EOF)
-        return _fork_spare([*server_fds, *(ch.fileno() for _, ch in spares)], warm=warm)
-
-    for _ in range(SPARES):
-        spares.append(fork_spare())
     while True:
         for key, _ in selector.select():
             if key.data == "child":
@@ -111,88 +85,15 @@ def _server(fd: int) -> None:  # pragma: no cover - runs in the fork server proc
                 _reap(send)
                 continue
             data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
-            if not data:  # the session is over (the spare sees its socket close)
+            if not data:  # the session is over
                 return
             request = json.loads(data)
-            pid, channel = spares.popleft()
-            try:
-                socket.send_fds(channel, [data], fds)  # the spare takes the request over
-            except OSError:  # it died warming up (reaped, reported): a fresh one, cold
-                channel.close()
-                pid, channel = fork_spare(warm=False)
-                socket.send_fds(channel, [data], fds)
-            channel.close()
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds, (fd, wake_r, wake_w))
             for received in fds:
                 os.close(received)
             send({"id": request["id"], "pid": pid})
-            spares.append(fork_spare())
-
-
-def _fork_spare(  # pragma: no cover - fork server
-    close: Sequence[int], *, warm: bool = True
-) -> tuple[int, socket.socket]:
-    """Fork the next daemon ahead of its request: (its pid, the socket the request goes
-    down). The child closes ``close`` (the server's descriptors), warms up, then waits
-    for the request (:func:`_spare`)."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
-    if pid == 0:
-        ours.close()
-        _spare(theirs, close, warm)
-    theirs.close()
-    return pid, ours
-
-
-def _spare(channel: socket.socket, close: Sequence[int],
-           warm: bool) -> None:  # pragma: no cover  # fmt: skip
-    """A forked child: warm up, take one request (or exit with the session)."""
-    try:
-        signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGCHLD, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL if signum == signal.SIGCHLD
-                          else signal.default_int_handler)  # fmt: skip
-        for fd in close:
-            os.close(fd)
-        if warm:
-            _warm_up()
-        data, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
-    except BaseException:
-        os._exit(1)
-    if not data:  # the session ended before a test needed this daemon
-        os._exit(0)
-    channel.close()
-    _child(json.loads(data), fds)
-
-
-def _warm_up() -> None:  # pragma: no cover - runs in a spare
-    """One throwaway ``serve()``: start on an empty storage, read EOF, exit."""
-    import asyncio
-    import tempfile
-
-    from snerd.rpc.daemon import serve
-
-    saved = os.dup(2)
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 2)  # whatever the throwaway run might say is not a test's business
-    try:
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # no disk waits
-        with tempfile.TemporaryDirectory(prefix="snerd-spare-", dir=shm) as tmp:
-            stdin_r, stdin_w = os.pipe()
-            os.close(stdin_w)
-            stdin = os.fdopen(stdin_r, "rb", 0)
-            stdout = os.fdopen(os.dup(null), "wb", 0)
-            try:
-                asyncio.run(serve(os.path.join(tmp, "store"), env={}, stdin=stdin,
-                                  stdout=stdout))  # fmt: skip
-            except Exception:
-                pass  # a spare that could not warm up still serves its request
-            finally:
-                stdin.close()
-                stdout.close()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
 
 
 def _reap(send: Any) -> None:  # pragma: no cover - fork server
@@ -206,9 +107,17 @@ def _reap(send: Any) -> None:  # pragma: no cover - fork server
         send({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _child(request: dict[str, Any], fds: list[int]) -> None:  # pragma: no cover - a daemon
+def _child(  # pragma: no cover - runs in a forked daemon
+    request: dict[str, Any], fds: list[int], server_fds: Sequence[int]
+) -> None:
     code = 1
     try:
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL if signum == signal.SIGCHLD
+                          else signal.default_int_handler)  # fmt: skip
+        for server_fd in server_fds:
+            os.close(server_fd)
         for target, received in enumerate(fds):
             os.dup2(received, target)
         for received in fds:
