@@ -9,8 +9,10 @@ applied, and ``advance`` moves the daemon's test clock (``SNERD_TEST_CLOCK``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -112,6 +114,103 @@ class ForkingClient(Client):
                          loop.create_task(self._read_stderr())]  # fmt: skip
         for task_type in self.handlers:
             self._write({"action": "register", "task_type": task_type})
+
+
+NOT_A_PROCESS = (
+    "this daemon runs in the test's own process (no pid, signals or stderr of its own): "
+    "mark the test @pytest.mark.process to get a forked daemon"
+)
+
+
+class InProcessClient(Client):
+    """A :class:`Client` whose daemon is served in this process, on the test's event loop.
+
+    It runs ``snerd.rpc.daemon.serve``, what the console script's ``main()`` runs once
+    it has configured logging, with the environment a spawned daemon would get, and
+    talks to it over two real pipes: the daemon's stdin reader and stdout writer are the
+    same pipe transports as in a process. What it skips is the process (a fork and its
+    first ~1,200 copy-on-write page faults, then the exit and the reaping): ~11 ms a
+    daemon. A test about the process itself (signals, kill -9, pids, stderr, exit codes
+    on fatal errors, several processes on one storage) is marked ``process`` and gets a
+    forked daemon (``spawn`` in ``conftest.py``)."""
+
+    async def start(self) -> None:
+        if self.process is not None:
+            raise SnerdError("the client was already started")
+        from snerd.rpc.daemon import serve
+
+        loop = asyncio.get_running_loop()
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        ends = (os.fdopen(stdin_r, "rb", 0), os.fdopen(stdout_w, "wb", 0))
+        serving = loop.create_task(
+            serve(self.storage, env=self._environment(), stdin=ends[0], stdout=ends[1]),
+            name=f"daemon on {self.storage}",
+        )
+        # however serve() ends (a daemon that raised too), its ends of the pipes close
+        # (a no-op where its transports closed them), so the test reads EOF, not silence
+        serving.add_done_callback(lambda _: [end.close() for end in ends])
+        await asyncio.sleep(0)  # serve() has installed its signal handlers: the test
+        for signum in (signal.SIGTERM, signal.SIGINT):  # process keeps its own (Ctrl-C)
+            loop.remove_signal_handler(signum)
+        stdout = asyncio.StreamReader(limit=STDOUT_LIMIT)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
+                                     os.fdopen(stdout_r, "rb", 0))  # fmt: skip
+        stderr = asyncio.StreamReader()
+        stderr.feed_eof()  # its log records go to this process's logging
+        protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
+        transport, _ = await loop.connect_write_pipe(lambda: protocol,
+                                                     os.fdopen(stdin_w, "wb", 0))  # fmt: skip
+        stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        self.process = _Served(serving, stdin, stdout, stderr)  # type: ignore[assignment]
+        self._readers = [loop.create_task(self._read_stdout()),
+                         loop.create_task(self._read_stderr())]  # fmt: skip
+        for task_type in self.handlers:
+            self._write({"action": "register", "task_type": task_type})
+
+
+class _Served:
+    """The parts of :class:`asyncio.subprocess.Process` that ``snerd.Client`` uses, for a
+    daemon served in this process: its exit code is what ``serve()`` returned (a daemon
+    that raised fails the test with its traceback)."""
+
+    KILLED = -9
+
+    def __init__(self, serving: asyncio.Task[int], stdin: asyncio.StreamWriter,
+                 stdout: asyncio.StreamReader, stderr: asyncio.StreamReader) -> None:  # fmt: skip
+        self._serving = serving
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+
+    @property
+    def pid(self) -> int:
+        raise AssertionError(NOT_A_PROCESS)
+
+    @property
+    def returncode(self) -> int | None:
+        if not self._serving.done():
+            return None
+        return self.KILLED if self._serving.cancelled() else self._serving.result()
+
+    async def wait(self) -> int:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self._serving)
+        if not self.stdin.is_closing():
+            self.stdin.close()
+        code = self.returncode
+        assert code is not None
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        raise AssertionError(NOT_A_PROCESS)
+
+    def terminate(self) -> None:
+        raise AssertionError(NOT_A_PROCESS)
+
+    def kill(self) -> None:
+        """The spawn fixture's last resort for a daemon that did not end on EOF."""
+        self._serving.cancel()
 
 
 def _matches(message: Message, action: str | None, fields: dict[str, Any]) -> bool:
@@ -216,9 +315,10 @@ class Wire:
 
     async def draining(self, timeout: float = WAIT) -> None:
         """Wait until the daemon has begun its drain (it must run with ``env=INFO``)."""
+        assert not isinstance(self.client, InProcessClient), NOT_A_PROCESS
         await until(
             lambda: any(DRAINING in line for line in self.client.stderr_tail),
-            f"daemon {self.pid} to begin draining (spawned with env=INFO?)", timeout,
+            f"{self.name} to begin draining (spawned with env=INFO?)", timeout,
         )  # fmt: skip
 
     # --- receiving ------------------------------------------------------------------
@@ -282,7 +382,15 @@ class Wire:
     def pid(self) -> int:
         return self.client.pid
 
+    @property
+    def name(self) -> str:
+        """How failures name this daemon: its pid, or that it runs in the test's process."""
+        if isinstance(self.client, InProcessClient):
+            return f"the in-process daemon on {self.storage}"
+        return f"daemon {self.pid}"
+
     async def kill(self) -> None:
+        assert not isinstance(self.client, InProcessClient), NOT_A_PROCESS
         self.killed = True
         await self.client.kill()
 

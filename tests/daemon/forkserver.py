@@ -45,7 +45,7 @@ or cron task, and each test would pay that import again."""
 
 def enabled() -> bool:
     """Fork unless told to exec; Linux only (SOCK_SEQPACKET with SCM_RIGHTS)."""
-    return os.environ.get("SNERD_TEST_SPAWN", "fork") != "exec" and sys.platform == "linux"
+    return os.environ.get("SNERD_TEST_SPAWN", "auto") != "exec" and sys.platform == "linux"
 
 
 # --- the server (runs in its own process) -------------------------------------------------

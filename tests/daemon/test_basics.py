@@ -146,6 +146,7 @@ async def test_progress_for_a_task_not_running_gets_no_reply(daemon: Wire) -> No
     assert not daemon.taken("progress") and not daemon.taken("error")
 
 
+@pytest.mark.process
 async def test_stats_counts_and_daemon_block(spawn) -> None:
     wire = await spawn(register=("t",), workers=1)
     await wire.ack("run", "t")
@@ -352,6 +353,7 @@ async def test_progress_sent_right_before_the_result_is_still_forwarded(daemon: 
     assert forwarded["data"] == "last"
 
 
+@pytest.mark.process
 async def test_stdout_carries_only_protocol_lines(spawn) -> None:
     """Even with debug diagnostics on, stdout has nothing but JSON protocol lines."""
     wire = await spawn(register=("t",), env={"SNERD_LOG_LEVEL": "debug"})

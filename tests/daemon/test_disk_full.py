@@ -128,6 +128,7 @@ async def _done(storage: Path, task_id: str) -> bool:
     return bool(events_of(storage, task_id, "succeeded"))
 
 
+@pytest.mark.process
 async def test_a_storage_that_is_gone_for_good_ends_the_daemon_with_the_reason(
     spawn: Spawn, disk: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from daemonkit import WAIT, Wire
 
 
@@ -41,6 +42,7 @@ async def _stderr_says(wire: Wire, text: str) -> None:
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.process
 async def test_ack_and_stderr_name_unknown_parents(daemon: Wire) -> None:
     """Seed 003: a mistyped parent id makes a child run at once; the caller is told."""
     await daemon.ack("real", "nobody")

@@ -48,6 +48,7 @@ async def test_snerdmq_state_lines_replay_as_upserts(spawn, storage) -> None:
     assert done["unknownField"] == {"kept": 1}  # unknown fields are kept, not dropped
 
 
+@pytest.mark.process
 @pytest.mark.damaged_log  # lines written by hand that no writer of ours would write
 async def test_garbage_and_a_torn_tail_are_skipped_and_reported(spawn, storage) -> None:
     write_log(

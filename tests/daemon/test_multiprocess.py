@@ -7,7 +7,11 @@ import collections
 import time
 from typing import Any
 
+import pytest
 from daemonkit import assert_sound_history, compacting_workload, events_of, read_log
+
+# Each daemon is its own process here: what is shared is only the storage and its locks.
+pytestmark = pytest.mark.process
 
 FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.05"}
 

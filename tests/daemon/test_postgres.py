@@ -104,6 +104,7 @@ async def test_daemons_compacting_often_on_a_url_leave_a_sound_history(
     assert_sound_history(url_of(queue))
 
 
+@pytest.mark.process
 async def test_a_daemon_killed_mid_task_has_its_work_finished_by_another(
     spawn: Any, queue: str
 ) -> None:

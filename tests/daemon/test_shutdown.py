@@ -30,6 +30,7 @@ async def exit_or_kill(wire: Wire, within: float) -> int:
         raise AssertionError(f"the daemon did not exit within {within}s") from None
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_signal_with_nothing_in_flight_exits_zero_at_once(daemon: Wire, signum) -> None:
     await daemon.ack("queued", "unregistered")
@@ -40,6 +41,7 @@ async def test_signal_with_nothing_in_flight_exits_zero_at_once(daemon: Wire, si
     assert events_of(daemon.storage, "queued", "enqueued")  # still there for later
 
 
+@pytest.mark.process
 async def test_result_is_accepted_during_the_drain(spawn) -> None:
     daemon = await spawn(register=("t",), env=INFO)
     await daemon.ack("a")
@@ -55,6 +57,7 @@ async def test_result_is_accepted_during_the_drain(spawn) -> None:
     assert not daemon.taken("error")
 
 
+@pytest.mark.process
 async def test_no_new_executes_during_the_drain_but_enqueues_are_acked(spawn) -> None:
     daemon = await spawn(register=("t",), env=INFO)
     await daemon.ack("a")
@@ -73,6 +76,7 @@ async def test_no_new_executes_during_the_drain_but_enqueues_are_acked(spawn) ->
     assert events_of(daemon.storage, "b", "enqueued")
 
 
+@pytest.mark.process
 async def test_drain_timeout_releases_the_attempt_for_another_run(spawn, storage) -> None:
     first = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "0.3"})
     await first.ack("a", max_retries=0)
@@ -89,6 +93,7 @@ async def test_drain_timeout_releases_the_attempt_for_another_run(spawn, storage
     assert (await second.get("a"))["retryCount"] == 0
 
 
+@pytest.mark.process
 async def test_second_sigterm_ends_the_drain_at_once(spawn) -> None:
     wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30", **INFO})
     await wire.ack("a")
@@ -102,6 +107,7 @@ async def test_second_sigterm_ends_the_drain_at_once(spawn) -> None:
     assert events_of(wire.storage, "a", "claim_released")
 
 
+@pytest.mark.process
 async def test_stdin_eof_during_a_drain_releases_at_once(spawn) -> None:
     """§8.4: after EOF no result can arrive, so waiting out the drain is pointless."""
     wire = await spawn(register=("t",), env={"SNERD_DRAIN_TIMEOUT": "30", **INFO})
@@ -131,6 +137,7 @@ async def test_stdin_eof_exits_zero_and_releases_the_claim(spawn, storage) -> No
     assert events_of(storage, "a", "succeeded")
 
 
+@pytest.mark.process
 async def test_liveness_lock_file_is_removed_on_clean_exit(daemon: Wire) -> None:
     daemons_dir = daemon.storage / "tasks" / "daemons"
     await daemon.barrier()
@@ -140,6 +147,7 @@ async def test_liveness_lock_file_is_removed_on_clean_exit(daemon: Wire) -> None
     assert not list(daemons_dir.glob("*.lock"))
 
 
+@pytest.mark.process
 async def test_client_close_drains_and_returns_the_exit_code(spawn) -> None:
     wire = await spawn(register=("t",), env=INFO)
     await wire.ack("a")

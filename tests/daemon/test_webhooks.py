@@ -148,6 +148,7 @@ async def test_failed_through_webhook_child_gets_its_final_post(daemon: Wire, ho
     assert final["body"]["reason"] == "blocked_by_failed_parent"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("how", ["sigterm", "eof"])
 async def test_a_webhook_in_flight_finishes_during_the_drain(spawn, hooks: Hooks, how: str) -> None:
     daemon = await spawn(register=("t",), env=INFO)
