@@ -67,7 +67,7 @@ def events_of(storage: Path, task_id: str, event: str | None = None) -> list[Mes
 
 
 async def until(condition: Callable[[], bool], what: str, timeout: float = WAIT,
-                step: float = 0.01) -> None:  # fmt: skip
+                step: float = 0.002) -> None:  # fmt: skip
     """Poll ``condition`` every ``step`` s until it holds; fail naming ``what`` after
     ``timeout`` s. The way to wait for something no message announces (never a bare
     sleep before an assertion)."""
@@ -301,7 +301,7 @@ class Wire:
         while not (found := events_of(self.storage, task_id, event)):
             assert loop.time() < deadline, f"no {event} of {task_id} in the log"
             await self.barrier()
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.002)
         return found
 
     async def advance(self, seconds: float) -> None:

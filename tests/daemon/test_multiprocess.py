@@ -16,7 +16,7 @@ pytestmark = pytest.mark.process
 FAST_HOUSEKEEPING = {"SNERD_HOUSEKEEPING_SECONDS": "0.05"}
 
 
-async def wait_until(condition, timeout: float, what: str, step: float = 0.02) -> None:
+async def wait_until(condition, timeout: float, what: str, step: float = 0.005) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not condition():

@@ -59,10 +59,10 @@ async def make_client(engine: Engine) -> AsyncIterator[MakeClient]:
         client = TestClient(TestServer(app, host="127.0.0.1"))
         await client.start_server()
         clients.append(client)
-        for _ in range(500):  # the stored history is counted in the background
-            if app[MONITOR_KEY].history_ready:
+        for _ in range(5000):  # the stored history is counted in the background (a
+            if app[MONITOR_KEY].history_ready:  # few ms): polled finely, not in 10 ms steps
                 break
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.001)
         return client
 
     yield make
