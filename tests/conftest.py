@@ -12,10 +12,13 @@ timestamps-checked bytecode of this checkout is written; what runs is unchanged.
 from __future__ import annotations
 
 import compileall
+import itertools
 import os
+import re
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis_budget import examples
 
@@ -61,3 +64,19 @@ def pytest_collection_finish(session: object) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(5_000, 10, 50)
+
+
+_TMP_NUMBERS = itertools.count()
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh directory for each test, under the session's base directory, as pytest's
+    own ``tmp_path`` makes it (named after the test, kept after the run), but numbered
+    by a counter: pytest's lists the whole base directory to find the next number, once
+    per test, and with ~1,700 directories made per session that scan was the bulk of the
+    suite's 0.7 s in ``mktemp``."""
+    name = re.sub(r"\W", "_", request.node.name)[:30]
+    path = tmp_path_factory.getbasetemp() / f"{name}{next(_TMP_NUMBERS)}"
+    path.mkdir(mode=0o700)
+    return path
