@@ -9,12 +9,15 @@ the console script runs (``snerd.rpc.daemon.main``). Each daemon is still its ow
 process: real stdio pipes, real signals (SIGTERM drains, SIGKILL kills), its own
 pid, liveness lock and exit code, which the server reports when it reaps the child.
 
-What forking skips is interpreter start-up and imports (including aiohttp and
-croniter, which a daemon imports on first use), which no daemon test is about
-(``tests/tools/test_replay_cli.py`` checks the daemon's imports in a fresh
-interpreter; the official SDK, the tests of ``snerd.Client``'s own start-up and the
-stdin-redirect tests still exec real processes). Set ``SNERD_TEST_SPAWN=exec`` to exec
-every daemon instead.
+The daemons of tests about the process (``@pytest.mark.process``) and the clients
+tests build themselves come from here; the other daemon tests serve theirs in the
+test's own process (``daemonkit.InProcessClient``). What forking skips is interpreter
+start-up and imports (including aiohttp and croniter, which a daemon imports on first
+use), which no daemon test is about (``tests/tools/test_replay_cli.py`` checks the
+daemon's imports in a fresh interpreter; the official SDK, the tests of
+``snerd.Client``'s own start-up and the stdin-redirect tests still exec real
+processes). ``SNERD_TEST_SPAWN=fork`` forks every daemon of the ``spawn`` fixture,
+``=exec`` execs every one.
 """
 
 from __future__ import annotations
