@@ -7,9 +7,11 @@ that needs it fails when no server answers; locally it is skipped, with the reas
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import uuid
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -26,11 +28,30 @@ def _why_unavailable() -> str | None:
     except ImportError as exc:
         return f"psycopg is not installed ({exc})"
     try:
-        with psycopg.connect(PG_URL, connect_timeout=3) as conn:
+        with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
             conn.execute("SELECT 1")
+            _vacuum(conn)
     except psycopg.Error as exc:
         return f"no PostgreSQL answers at {PG_URL} ({str(exc).strip().splitlines()[0]})"
     return None
+
+
+def _vacuum(conn: Any) -> None:
+    """Once per session, before the first PostgreSQL test: vacuum our tables.
+
+    The tests delete what they write (:func:`drop_queue`), but deleted rows stay in the
+    tables and their indexes until a vacuum, and a test server may run without
+    autovacuum (the development VMs' does): after a few dozen runs ``snerd.log`` held
+    280k dead rows for 1.3k live ones, and the PostgreSQL-heavy test files ran ~15%
+    slower (10.97 s against 9.1-9.7 s vacuumed), more with every run. Not our tables'
+    owner: left as they are."""
+    import psycopg
+
+    found = conn.execute("SELECT to_regclass('snerd.log')").fetchone()
+    if found is None or found[0] is None:
+        return
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("VACUUM " + ", ".join(f"snerd.{table}" for table in TABLES))
 
 
 def require_pg() -> None:
