@@ -9,7 +9,6 @@ applied, and ``advance`` moves the daemon's test clock (``SNERD_TEST_CLOCK``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import signal
@@ -194,8 +193,11 @@ class _Served:
         return self.KILLED if self._serving.cancelled() else self._serving.result()
 
     async def wait(self) -> int:
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await asyncio.shield(self._serving)
+        except asyncio.CancelledError:
+            if not self._serving.cancelled():
+                raise  # this wait was cancelled (a timeout), not the daemon
         if not self.stdin.is_closing():
             self.stdin.close()
         code = self.returncode
