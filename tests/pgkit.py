@@ -11,7 +11,6 @@ import contextlib
 import functools
 import os
 import uuid
-from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -28,15 +27,15 @@ def _why_unavailable() -> str | None:
     except ImportError as exc:
         return f"psycopg is not installed ({exc})"
     try:
-        with psycopg.connect(PG_URL, connect_timeout=3, autocommit=True) as conn:
+        with psycopg.connect(PG_URL, connect_timeout=3) as conn:
             conn.execute("SELECT 1")
-            _vacuum(conn)
     except psycopg.Error as exc:
         return f"no PostgreSQL answers at {PG_URL} ({str(exc).strip().splitlines()[0]})"
     return None
 
 
-def _vacuum(conn: Any) -> None:
+@functools.cache
+def _vacuum() -> None:
     """Once per session, before the first PostgreSQL test: vacuum our tables.
 
     The tests delete what they write (:func:`drop_queue`), but deleted rows stay in the
@@ -47,17 +46,17 @@ def _vacuum(conn: Any) -> None:
     owner: left as they are."""
     import psycopg
 
-    found = conn.execute("SELECT to_regclass('snerd.log')").fetchone()
-    if found is None or found[0] is None:
-        return
-    with contextlib.suppress(psycopg.Error):
-        conn.execute("VACUUM " + ", ".join(f"snerd.{table}" for table in TABLES))
+    with contextlib.suppress(psycopg.Error), psycopg.connect(PG_URL, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass('snerd.log')").fetchone()
+        if found is not None and found[0] is not None:
+            conn.execute("VACUUM " + ", ".join(f"snerd.{table}" for table in TABLES))
 
 
 def require_pg() -> None:
     """Fail (under CI) or skip loudly (locally) when PostgreSQL is not reachable."""
     why = _why_unavailable()
     if why is None:
+        _vacuum()
         return
     if os.environ.get("CI"):
         pytest.fail(f"PostgreSQL tests must run under CI: {why}", pytrace=False)

@@ -152,15 +152,10 @@ class InProcessClient(Client):
         await asyncio.sleep(0)  # serve() has installed its signal handlers: the test
         for signum in (signal.SIGTERM, signal.SIGINT):  # process keeps its own (Ctrl-C)
             loop.remove_signal_handler(signum)
-        stdout = asyncio.StreamReader(limit=STDOUT_LIMIT)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
-                                     os.fdopen(stdout_r, "rb", 0))  # fmt: skip
+        stdout = await forkserver.read_stream(stdout_r, STDOUT_LIMIT)
         stderr = asyncio.StreamReader()
         stderr.feed_eof()  # its log records go to this process's logging
-        protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
-        transport, _ = await loop.connect_write_pipe(lambda: protocol,
-                                                     os.fdopen(stdin_w, "wb", 0))  # fmt: skip
-        stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        stdin = await forkserver.write_stream(stdin_w)
         self.process = _Served(serving, stdin, stdout, stderr)  # type: ignore[assignment]
         self._readers = [loop.create_task(self._read_stdout()),
                          loop.create_task(self._read_stderr())]  # fmt: skip

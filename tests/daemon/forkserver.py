@@ -271,7 +271,6 @@ class ForkedProcess:
 async def spawn(argv: Sequence[str], env: Mapping[str, str], *, limit: int) -> ForkedProcess:
     """Fork a daemon with ``argv`` (``sys.argv`` as the daemon sees it) and ``env``."""
     srv = server()
-    loop = asyncio.get_running_loop()
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
@@ -281,13 +280,23 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], *, limit: int) -> F
         for fd in (stdin_r, stdout_w, stderr_w):
             os.close(fd)
     pid = await asyncio.wrap_future(reply)
-    stdout = asyncio.StreamReader(limit=limit)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout),
-                                 os.fdopen(stdout_r, "rb", 0))  # fmt: skip
-    stderr = asyncio.StreamReader(limit=limit)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stderr),
-                                 os.fdopen(stderr_r, "rb", 0))  # fmt: skip
+    stdout = await read_stream(stdout_r, limit)
+    stderr = await read_stream(stderr_r, limit)
+    return ForkedProcess(srv, pid, await write_stream(stdin_w), stdout, stderr)
+
+
+async def read_stream(fd: int, limit: int) -> asyncio.StreamReader:
+    """The test's reading end of a daemon's output pipe, as asyncio streams it."""
+    reader = asyncio.StreamReader(limit=limit)
+    await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
+    )
+    return reader
+
+
+async def write_stream(fd: int) -> asyncio.StreamWriter:
+    """The test's writing end of a daemon's stdin pipe, as asyncio streams it."""
+    loop = asyncio.get_running_loop()
     protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
-    transport, _ = await loop.connect_write_pipe(lambda: protocol, os.fdopen(stdin_w, "wb", 0))
-    stdin = asyncio.StreamWriter(transport, protocol, None, loop)
-    return ForkedProcess(srv, pid, stdin, stdout, stderr)
+    transport, _ = await loop.connect_write_pipe(lambda: protocol, os.fdopen(fd, "wb", 0))
+    return asyncio.StreamWriter(transport, protocol, None, loop)
