@@ -27,7 +27,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import forkserver
 from daemonkit import (
     ForkingClient,
     InProcessClient,
@@ -38,13 +37,6 @@ from daemonkit import (
 )
 
 Spawn = Callable[..., Awaitable[Wire]]
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the fork server now, in the background: its interpreter and imports (~0.3 s)
-    overlap the tests that run before the first forked daemon instead of delaying it."""
-    if forkserver.enabled() and session.items:
-        forkserver.server()
 
 
 @pytest.fixture

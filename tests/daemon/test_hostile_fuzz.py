@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import orjson
 import pytest
 from daemonkit import DAEMON_CODE, ROOT, base_env, environ_without_snerd
@@ -99,7 +100,7 @@ class Daemon:
     def __init__(self, storage: Path) -> None:
         env = {**environ_without_snerd(), **base_env(clock=False)}
         env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
-        self.proc = subprocess.Popen(
+        self.proc = forkserver.popen(
             [sys.executable, "-c", DAEMON_CODE, str(storage)], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 
+import forkserver
 import orjson
 import pytest
 from daemonkit import DAEMON_CODE, INFO, ROOT, Wire, events_of
@@ -174,7 +175,7 @@ async def test_stdin_eof_sends_no_new_executes_and_exits_promptly(spawn) -> None
 
 async def run_with_stdin(storage, stdin) -> tuple[int, bytes, bytes]:
     """Run the daemon with ``stdin`` (a file object or DEVNULL) and wait at most 5 s."""
-    process = await asyncio.create_subprocess_exec(
+    process = await forkserver.create_subprocess_exec(
         sys.executable, "-c", DAEMON_CODE, str(storage), stdin=stdin,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +19,7 @@ def _run(cwd: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
     full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
     code = "import sys; from snerd.daemon import main; sys.exit(main([]))"
-    return subprocess.run([sys.executable, "-c", code], input=ENQUEUE, cwd=cwd,
+    return forkserver.run([sys.executable, "-c", code], input=ENQUEUE, cwd=cwd,
                           env={**full, **env}, capture_output=True, timeout=60)  # fmt: skip
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 from daemonkit import ROOT, WAIT
 
 
@@ -33,7 +34,7 @@ def _read_until(fd: int, needle: bytes, deadline: float) -> bytes:
 def test_the_daemon_works_on_an_interactive_terminal(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SNERD_LOG_LEVEL": "warning"}
-    proc = subprocess.Popen(
+    proc = forkserver.popen(
         [sys.executable, "-m", "snerd.cli", str(tmp_path / "store")],
         stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env, close_fds=True,
     )  # fmt: skip
@@ -59,7 +60,7 @@ def _run_on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
     """Run ``snerdmq ARGS`` with stdin on a terminal and stdin's EOF sent at once."""
     master, slave = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SNERD_LOG_LEVEL": "warning"}
-    proc = subprocess.Popen([sys.executable, "-m", "snerd.cli", *args], cwd=cwd, stdin=slave,
+    proc = forkserver.popen([sys.executable, "-m", "snerd.cli", *args], cwd=cwd, stdin=slave,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)  # fmt: skip
     os.close(slave)
     try:
@@ -86,7 +87,7 @@ def test_a_mistyped_subcommand_is_refused_with_a_suggestion(tmp_path: Path) -> N
 
 def test_sdks_spawn_any_storage_name_on_pipes(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "snerd.cli", "stat"], cwd=tmp_path,
+    done = forkserver.run([sys.executable, "-m", "snerd.cli", "stat"], cwd=tmp_path,
                           stdin=subprocess.DEVNULL, capture_output=True, env=env,
                           timeout=WAIT)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import forkserver
 import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ async def test_daemon_serves_the_dashboard_on_its_own_engine(tmp_path: Path) -> 
     port = _free_port()
     env = {**os.environ, "SNERD_DASHBOARD_PORT": str(port), "SNERD_DASHBOARD_TOKEN": "t0k"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    daemon = await asyncio.create_subprocess_exec(
+    daemon = await forkserver.create_subprocess_exec(
         sys.executable, "-m", "snerd.cli", str(tmp_path / "store"), env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -70,7 +71,7 @@ async def test_daemon_serves_metrics_and_healthz_and_logs_json(tmp_path: Path) -
     env = {**os.environ, "SNERD_DASHBOARD_PORT": str(port), "SNERD_LOG_FORMAT": "json",
            "SNERD_LOG_LEVEL": "info"}  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    daemon = await asyncio.create_subprocess_exec(
+    daemon = await forkserver.create_subprocess_exec(
         sys.executable, "-m", "snerd.cli", str(tmp_path / "store"), env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import forkserver
+
 from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.memory import MemoryLog, MemoryStore
@@ -178,7 +180,7 @@ def child_argv(code: str, *args: str) -> list[str]:
 
 async def run_child(code: str, *args: str, timeout: float = 30.0) -> str:
     """Run ``code`` in a child process to completion; return its stdout."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await forkserver.create_subprocess_exec(
         *child_argv(code, *args),
         env=child_env(),
         stdout=asyncio.subprocess.PIPE,

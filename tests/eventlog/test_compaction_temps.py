@@ -11,6 +11,7 @@ import os
 import signal
 from pathlib import Path
 
+import forkserver
 from logkit import Recorder, child_argv, child_env
 
 from snerd.eventlog import compaction
@@ -25,7 +26,7 @@ def temps(storage: Path) -> list[str]:
 async def holding(code: str, *args: str) -> asyncio.subprocess.Process:
     """A child process running ``code`` (which prints ``ready`` once it holds its temp
     file locked, then sleeps), once it is ready."""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await forkserver.create_subprocess_exec(
         *child_argv(code, *args), env=child_env(), stdout=asyncio.subprocess.PIPE
     )
     assert proc.stdout is not None

@@ -7,6 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import forkserver
 import pytest
 from logkit import child_argv, child_env
 
@@ -76,7 +77,7 @@ def test_stale_file_means_dead_and_is_removed(tmp_path: Path) -> None:
 
 
 def test_liveness_across_processes_and_kill_9(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
+    proc = forkserver.popen(
         child_argv(HOLDER, str(tmp_path), "worker-1"),
         env=child_env(),
         stdin=subprocess.PIPE,

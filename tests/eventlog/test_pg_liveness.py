@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 
+import forkserver
 import pgkit
 import pytest
 from logkit import child_argv, child_env
@@ -86,7 +87,7 @@ def test_a_held_id_cannot_be_taken_twice_and_queues_are_apart(url: str) -> None:
 def test_liveness_across_processes_and_kill_9(url: str) -> None:
     from snerd.eventlog.postgres.liveness import PgLiveness
 
-    proc = subprocess.Popen(child_argv(HOLDER, url, "worker-1"), env=child_env(),
+    proc = forkserver.popen(child_argv(HOLDER, url, "worker-1"), env=child_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
     checker = PgLiveness(url)
     try:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
 from click.testing import CliRunner
 
@@ -110,7 +111,7 @@ def test_stats_shows_a_groups_limit_after_its_tasks_ended(store: Path) -> None:
 def test_bad_daemon_settings_get_one_line(tmp_path: Path, env: dict[str, str],
                                           expected: str) -> None:  # fmt: skip
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    done = subprocess.run([sys.executable, "-m", "snerd.cli", str(tmp_path / "q")],
+    done = forkserver.run([sys.executable, "-m", "snerd.cli", str(tmp_path / "q")],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, env=full,
                           timeout=30)  # fmt: skip
     assert done.returncode == 0

@@ -168,11 +168,13 @@ def test_console_entry_point_exit_codes(store, tmp_path):
     import subprocess
     import sys
 
+    import forkserver
+
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "NO_COLOR": "1"}
 
     def snerdmq(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "snerd.cli", *args], env=env, cwd=tmp_path,
+        return forkserver.run([sys.executable, "-m", "snerd.cli", *args], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=60)  # fmt: skip
 
     ok = snerdmq("dlq", "list", str(store), "--json")

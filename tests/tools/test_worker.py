@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import forkserver
 import pytest
 from auditkit import storage_problems
 from click.testing import CliRunner
@@ -90,7 +91,7 @@ async def start(app: Path) -> AsyncIterator[Callable[..., object]]:
     async def _start(*args: str, store: str = "store", **settings: str) -> Worker:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SNERD_")}
         env.update(WORKER_OUT=str(app / "out"), WORKER_STORE=str(app / store), **settings)
-        proc = await asyncio.create_subprocess_exec(
+        proc = await forkserver.create_subprocess_exec(
             sys.executable, "-m", "snerd.cli", "worker", "app_tasks:queue", *args,
             cwd=app, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
