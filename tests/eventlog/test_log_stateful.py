@@ -190,6 +190,8 @@ class AgreementMachine(RuleBasedStateMachine):
         self.seq = 0
         self.logs = [self._open(), self._open()]
         self.reader = self._open()
+        self.compacted_at: int | None = None  # self.seq at the last compaction
+        self.repeated = False  # a compaction of a log unchanged since the last one ran
 
     def make_backend(self) -> Backend:
         raise NotImplementedError
@@ -224,10 +226,20 @@ class AgreementMachine(RuleBasedStateMachine):
             self.written[r["seq"]] = r
         self.seq = stamped[-1]["seq"]
 
+    def _compaction_due(self) -> bool:
+        """Something was appended since the last compaction, or no compaction of an
+        unchanged log ran yet. Unbounded, the cheap-to-draw compaction drowned the
+        appends: derandomized, 248 compactions (mostly of unchanged logs) against 33
+        appends in 400 steps."""
+        return self.seq != self.compacted_at or not self.repeated
+
+    @precondition(_compaction_due)
     @rule(which=st.integers(0, 1))
     def compact(self, which: int) -> None:
         log, rec = self.logs[which]  # maybe behind the other writer: a tail to carry over
         self._run(log.compact(rec.snapshot()))
+        self.repeated = self.repeated or self.seq == self.compacted_at
+        self.compacted_at = self.seq
 
     @rule(which=st.integers(0, 1))
     def reopen(self, which: int) -> None:
