@@ -149,9 +149,12 @@ def _child(  # pragma: no cover - runs in a forked child
 
         traceback.print_exc()
     finally:
-        if request.get("run", "daemon") != "daemon":  # a script's exit runs its atexit hooks
-            import atexit
+        if request.get("run", "daemon") != "daemon":  # a script's exit, as the interpreter's:
+            import atexit  # its threads joined, then its atexit hooks
+            import threading
 
+            with contextlib.suppress(Exception):
+                threading._shutdown()  # type: ignore[attr-defined]
             atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -443,6 +446,7 @@ class Forked:
                  text: bool = False, close_fds: bool = True) -> None:  # fmt: skip
         # close_fds: a forked child has no descriptor but its three (the server's closed)
         self.args = list(args)
+        _what(args)  # refused before any pipe is made
         stdio = _Stdio(stdin, stdout, stderr)
         self._server, reply = _fork_child(args, env, cwd, stdio)
         self.pid = reply.result()
@@ -561,6 +565,7 @@ async def create_subprocess_exec(*args: str, env: Mapping[str, str] | None = Non
         return await asyncio.create_subprocess_exec(
             *args, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, limit=limit
         )
+    _what(args)  # refused before any pipe is made
     stdio = _Stdio(stdin, stdout, stderr)
     srv, reply = _fork_child(args, env, cwd, stdio)
     pid = await asyncio.wrap_future(reply)
