@@ -226,7 +226,8 @@ class ForkServer:
                     self.exit_seen.notify_all()
                     for loop, future in self.waiters.pop(pid, []):
                         loop.call_soon_threadsafe(_settle, future, code)
-                else:
+                else:  # a new child: an exit kept for an earlier child of its pid is stale
+                    self.exits.pop(message["pid"], None)  # (its reply precedes its exit)
                     self.replies.pop(message["id"]).set_result(message["pid"])
 
     def fork(self, argv: Sequence[str], env: Mapping[str, str], cwd: str,
@@ -350,7 +351,7 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], *, limit: int) -> F
     finally:
         for fd in (stdin_r, stdout_w, stderr_w):
             os.close(fd)
-    pid = await asyncio.wrap_future(reply)
+    pid = await asyncio.wait_for(asyncio.wrap_future(reply), FORK_TIMEOUT)
     stdout = await read_stream(stdout_r, limit)
     stderr = await read_stream(stderr_r, limit)
     return ForkedProcess(srv, pid, await write_stream(stdin_w), stdout, stderr)
@@ -375,6 +376,10 @@ async def write_stream(fd: int) -> asyncio.StreamWriter:
 
 # --- python -c / python -m snerd.cli, forked ----------------------------------------------
 
+
+FORK_TIMEOUT = 60.0
+"""Seconds to wait for the server to say it forked a child (a server that died mid-way
+fails the test instead of hanging it)."""
 
 MODULES = ("snerd.cli",)
 """What ``python -m`` may run forked (imported fresh in the child, as ``__main__``)."""
@@ -449,7 +454,7 @@ class Forked:
         _what(args)  # refused before any pipe is made
         stdio = _Stdio(stdin, stdout, stderr)
         self._server, reply = _fork_child(args, env, cwd, stdio)
-        self.pid = reply.result()
+        self.pid = reply.result(timeout=FORK_TIMEOUT)
         self.text = text
         self.stdin, self.stdout, self.stderr = (
             _open(fd, writing=index == 0, text=text) for index, fd in enumerate(stdio.ours)
@@ -568,7 +573,7 @@ async def create_subprocess_exec(*args: str, env: Mapping[str, str] | None = Non
     _what(args)  # refused before any pipe is made
     stdio = _Stdio(stdin, stdout, stderr)
     srv, reply = _fork_child(args, env, cwd, stdio)
-    pid = await asyncio.wrap_future(reply)
+    pid = await asyncio.wait_for(asyncio.wrap_future(reply), FORK_TIMEOUT)
     w, r, e = stdio.ours
     return ForkedProcess(
         srv, pid, None if w is None else await write_stream(w),
