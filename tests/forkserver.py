@@ -291,21 +291,38 @@ def server() -> ForkServer:
     return _SERVER
 
 
-class ForkedProcess:
+class _Child:
+    """A forked child's pid, exit code (as the server reaped it) and signals."""
+
+    def __init__(self, srv: ForkServer, pid: int) -> None:
+        self._server = srv
+        self.pid = pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._server.exit_code(self.pid)
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:  # never signal a reaped (possibly reused) pid
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkedProcess(_Child):
     """The parts of :class:`asyncio.subprocess.Process` that ``snerd.Client`` uses."""
 
     def __init__(self, srv: ForkServer, pid: int, stdin: asyncio.StreamWriter | None,
                  stdout: asyncio.StreamReader | None,
                  stderr: asyncio.StreamReader | None) -> None:  # fmt: skip
-        self._server = srv
-        self.pid = pid
+        super().__init__(srv, pid)
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
-
-    @property
-    def returncode(self) -> int | None:
-        return self._server.exit_code(self.pid)
 
     async def wait(self) -> int:
         code = await self._server.exited(self.pid)
@@ -329,32 +346,24 @@ class ForkedProcess:
         await self.wait()
         return out, err
 
-    def send_signal(self, signum: int) -> None:
-        if self.returncode is None:  # never signal a reaped (possibly reused) pid
-            os.kill(self.pid, signum)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str], *, limit: int) -> ForkedProcess:
     """Fork a daemon with ``argv`` (``sys.argv`` as the daemon sees it) and ``env``."""
-    srv = server()
-    stdin_r, stdin_w = os.pipe()
-    stdout_r, stdout_w = os.pipe()
-    stderr_r, stderr_w = os.pipe()
-    try:
-        reply = srv.fork(argv, env, os.getcwd(), [stdin_r, stdout_w, stderr_w])
-    finally:
-        for fd in (stdin_r, stdout_w, stderr_w):
-            os.close(fd)
+    stdio = _Stdio(subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
+    return await _process(_fork(argv, env, os.getcwd(), stdio), stdio, limit)
+
+
+async def _process(forked: tuple[ForkServer, concurrent.futures.Future[int]], stdio: _Stdio,
+                   limit: int) -> ForkedProcess:  # fmt: skip
+    """The child the server forked, with asyncio streams on the test's ends of its pipes."""
+    srv, reply = forked
     pid = await asyncio.wait_for(asyncio.wrap_future(reply), FORK_TIMEOUT)
-    stdout = await read_stream(stdout_r, limit)
-    stderr = await read_stream(stderr_r, limit)
-    return ForkedProcess(srv, pid, await write_stream(stdin_w), stdout, stderr)
+    w, r, e = stdio.ours
+    return ForkedProcess(
+        srv, pid, None if w is None else await write_stream(w),
+        None if r is None else await read_stream(r, limit),
+        None if e is None else await read_stream(e, limit),
+    )  # fmt: skip
 
 
 async def read_stream(fd: int, limit: int) -> asyncio.StreamReader:
@@ -431,19 +440,27 @@ class _Stdio:
         self.theirs = []
 
 
-def _fork_child(args: Sequence[str], env: Mapping[str, str] | None, cwd: Any,
-                stdio: _Stdio) -> tuple[ForkServer, concurrent.futures.Future[int]]:  # fmt: skip
+def _fork(argv: Sequence[str], env: Mapping[str, str], cwd: str, stdio: _Stdio,
+          **run: str) -> tuple[ForkServer, concurrent.futures.Future[int]]:  # fmt: skip
+    """Ask the server for a child on ``stdio`` (:meth:`ForkServer.fork`); the test's
+    copies of the child's ends are closed once sent."""
     srv = server()
     try:
-        reply = srv.fork(_argv(args), dict(os.environ if env is None else env),
-                         os.fspath(cwd) if cwd is not None else os.getcwd(), stdio.fds,
-                         **_what(args))  # fmt: skip
+        reply = srv.fork(argv, env, cwd, stdio.fds, **run)
     finally:
         stdio.close_theirs()
     return srv, reply
 
 
-class Forked:
+def _fork_child(args: Sequence[str], env: Mapping[str, str] | None, cwd: Any,
+                stdio: _Stdio) -> tuple[ForkServer, concurrent.futures.Future[int]]:  # fmt: skip
+    """:func:`_fork` for ``subprocess``-style arguments (``python -c``/``-m``)."""
+    return _fork(_argv(args), dict(os.environ if env is None else env),
+                 os.fspath(cwd) if cwd is not None else os.getcwd(), stdio,
+                 **_what(args))  # fmt: skip
+
+
+class Forked(_Child):
     """The parts of :class:`subprocess.Popen` the tests use, for a forked child."""
 
     def __init__(self, args: Sequence[str], *, env: Mapping[str, str] | None = None,
@@ -453,16 +470,12 @@ class Forked:
         self.args = list(args)
         _what(args)  # refused before any pipe is made
         stdio = _Stdio(stdin, stdout, stderr)
-        self._server, reply = _fork_child(args, env, cwd, stdio)
-        self.pid = reply.result(timeout=FORK_TIMEOUT)
+        srv, reply = _fork_child(args, env, cwd, stdio)
+        super().__init__(srv, reply.result(timeout=FORK_TIMEOUT))
         self.text = text
         self.stdin, self.stdout, self.stderr = (
             _open(fd, writing=index == 0, text=text) for index, fd in enumerate(stdio.ours)
         )
-
-    @property
-    def returncode(self) -> int | None:
-        return self._server.exit_code(self.pid)
 
     def poll(self) -> int | None:
         return self.returncode
@@ -497,16 +510,6 @@ class Forked:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
         self.wait(timeout)
         return results.get(1), results.get(2)
-
-    def send_signal(self, signum: int) -> None:
-        if self.returncode is None:  # never signal a reaped (possibly reused) pid
-            os.kill(self.pid, signum)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
     def __enter__(self) -> Forked:
         return self
@@ -572,11 +575,4 @@ async def create_subprocess_exec(*args: str, env: Mapping[str, str] | None = Non
         )
     _what(args)  # refused before any pipe is made
     stdio = _Stdio(stdin, stdout, stderr)
-    srv, reply = _fork_child(args, env, cwd, stdio)
-    pid = await asyncio.wait_for(asyncio.wrap_future(reply), FORK_TIMEOUT)
-    w, r, e = stdio.ours
-    return ForkedProcess(
-        srv, pid, None if w is None else await write_stream(w),
-        None if r is None else await read_stream(r, limit),
-        None if e is None else await read_stream(e, limit),
-    )  # fmt: skip
+    return await _process(_fork_child(args, env, cwd, stdio), stdio, limit)
