@@ -355,13 +355,14 @@ class Engine:
         """Submit an enqueue now; the future resolves with its outcome once durable.
 
         When the task can run at once here, its claim is decided in the same batch (one
-        lock hold, one write, one fsync), right after the enqueue's records were folded,
-        and the attempt starts right after the future's own callbacks have run (so a
-        daemon's ack goes out before the attempt's ``execute`` line). No coroutine, no
-        task: the daemon answers each line from a callback. Once submitted, the enqueue
-        is written whether or not anyone still waits for the future. ``reply`` (if
-        given) is called with the resolved future first thing, then the attempt starts
-        in the same callback (one loop iteration for the ack and the ``execute``).
+        lock hold, one write, one fsync), right after the enqueue's records were folded.
+        No coroutine, no task: the daemon answers each line from a callback. Once
+        submitted, the enqueue is written whether or not anyone still waits for the
+        future. ``reply`` (if given) is called with the resolved future first thing,
+        then the attempt starts in the same callback (one loop iteration for the ack and
+        the ``execute``, the ack first). Without one (the embedded queue), the attempt
+        starts first: an in-process handler that ends at once then submits its outcome
+        before the waiter's next enqueue, and both go in one batch.
 
         An enqueue that needs no claim behind it joins the enqueues submitted right
         before it, if nothing else was submitted since and they have not run yet: a
@@ -388,16 +389,19 @@ class Engine:
                 return
             if not _written(claiming):
                 self._unclaim(reserved)
+            if reply is None:
+                if reserved:  # its first step runs before the waiter's next one
+                    self.dispatcher.begin_claimed(reserved)
+                if not done.done():
+                    _copy(enqueued, done)
+                return
             if not done.done():
                 _copy(enqueued, done)
-            if reply is not None:
-                try:
-                    reply(done)
-                finally:  # the claims are written: their attempts start whatever happened
-                    if reserved:
-                        self.dispatcher.begin_claimed(reserved)
-            elif reserved:
-                loop.call_soon(self.dispatcher.begin_claimed, reserved)
+            try:
+                reply(done)
+            finally:  # the claims are written: their attempts start whatever happened
+                if reserved:
+                    self.dispatcher.begin_claimed(reserved)
 
         claiming.add_done_callback(settle)
         return done

@@ -243,6 +243,25 @@ async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) 
     assert plans == [1] * 20  # one plan per task, each claiming it
 
 
+async def test_a_producer_awaiting_each_enqueue_costs_one_batch_per_task(
+    harness: Harness,
+) -> None:
+    """An in-process producer awaiting each enqueue, with a handler that returns at
+    once: the attempt starts before the producer resumes, so its outcome is queued
+    before the next enqueue and joins that enqueue's batch (one lock hold, one write,
+    one fsync a task), instead of a batch of its own right behind it."""
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    commits = engine.log.commits  # type: ignore[attr-defined]
+    for i in range(20):
+        await engine.enqueue(_enqueue(f"p{i}"))
+    await settle(engine, lambda: len(harness.calls) == 20 and not engine.state.tasks)
+    # 20 batches (each an enqueue, its claim and the outcome before it), and the last
+    # outcome's own (before the change: 40, an enqueue's and an outcome's a task)
+    assert engine.log.commits - commits == 21  # type: ignore[attr-defined]
+    assert [task_id for _, task_id, _ in harness.calls] == [f"p{i}" for i in range(20)]
+
+
 async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
     harness: Harness, monkeypatch
 ) -> None:
