@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -42,6 +42,12 @@ class Outcomes(Protocol):
         self, task_id: str, *, success: bool, error: str | None = None,
         attempt: int | None = None, result: Any = None, retry: bool = True,
     ) -> object: ...  # fmt: skip
+
+    def finish_soon(
+        self, task_id: str, *, success: bool, error: str | None = None,
+        attempt: int | None = None, result: Any = None, retry: bool = True,
+    ) -> asyncio.Future[Any]:  # fmt: skip
+        """:meth:`finish`, submitted now; the future resolves once it is written."""
 
     async def report_progress(self, task_id: str, data: Any) -> object: ...
 
@@ -132,6 +138,7 @@ class HandlerExecutor:
         """Threads still running a sync handler whose attempt already ended (timeout)."""
         self._pool: ThreadPoolExecutor | None = None
         self._in_threads: dict[int, Run] = {}
+        self._kinds: dict[int, tuple[Handler, bool]] = {}  # id -> (handler, is_async)
 
     @property
     def task_types(self) -> Collection[str]:
@@ -145,12 +152,14 @@ class HandlerExecutor:
         loop = asyncio.get_running_loop()
         job = Job(run.task.id, run.task.type, decode_data(run.task.data), run.attempt, outcomes,
                   loop)  # fmt: skip
-        body = self._call(handler, job) if is_async(handler) else self._in_thread(handler, job, run)
-        run.handle = loop.create_task(self._run(body, job, outcomes))
+        run.handle = loop.create_task(self._run(handler, job, run, outcomes))
 
-    async def _call(self, handler: Handler, job: Job) -> Any:
-        current_job.set(job)
-        return await handler(job)
+    def _is_async(self, handler: Handler) -> bool:
+        """:func:`is_async`, asked once per handler (``inspect`` is slow for a call a task)."""
+        known = self._kinds.get(id(handler))
+        if known is None or known[0] is not handler:
+            known = self._kinds[id(handler)] = (handler, is_async(handler))
+        return known[1]
 
     async def _in_thread(self, handler: Handler, job: Job, run: Run) -> Any:
         loop = asyncio.get_running_loop()
@@ -172,17 +181,24 @@ class HandlerExecutor:
             if self.on_free is not None:
                 self.on_free()
 
-    async def _run(self, body: Awaitable[Any], job: Job, outcomes: Outcomes) -> None:
+    async def _run(self, handler: Handler, job: Job, run: Run, outcomes: Outcomes) -> None:
+        """Run the attempt and submit its outcome. The task ends there: the outcome is
+        the engine's to write (the attempt is over for it at once, ``finish_soon``), so
+        nothing waits here for the write."""
         try:
-            result = await body
+            if self._is_async(handler):
+                current_job.set(job)  # in this task's own copy of the context
+                result = await handler(job)
+            else:
+                result = await self._in_thread(handler, job, run)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failing handler is an outcome, not a crash
             message = f"{type(exc).__name__}: {exc}"
-            await outcomes.finish(job.id, success=False, error=message, attempt=job.attempt,
-                                  retry=not isinstance(exc, Fail))  # fmt: skip
+            outcomes.finish_soon(job.id, success=False, error=message, attempt=job.attempt,
+                                 retry=not isinstance(exc, Fail))  # fmt: skip
             return
-        await outcomes.finish(job.id, success=True, attempt=job.attempt, result=result)
+        outcomes.finish_soon(job.id, success=True, attempt=job.attempt, result=result)
 
     def stop(self, run: Run) -> None:
         if run.handle is not None and not run.handle.done():
