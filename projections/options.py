@@ -127,8 +127,34 @@ class Fields:
         return value
 
 
+_RARE_OPTIONS: Final = frozenset({
+    "retry_backoff", "retry_max_delay", "auto_dedupe", "urgency_score", "rate_limit_group",
+    "max_per_minute", "execute_at", "cron", "webhook_url", "max_execution_seconds", "pool",
+    "trigger_after_ids",
+})  # fmt: skip
+"""The options beyond a task's id, type, data, retry count and retry delay (what the
+official SDK sends with every enqueue): most enqueues carry none of them."""
+
+
 def enqueue_options(r: Fields) -> Enqueue:
     """The enqueue the options in ``r`` ask for (``r.fail`` on the first bad one)."""
+    if not _RARE_OPTIONS.isdisjoint(r.msg):
+        return all_enqueue_options(r)
+    # None of the rare options: the same checks in the same order, the rest defaults.
+    task_id = r.text("task_id")
+    return Enqueue(
+        task_id,
+        r.text("task_type"),
+        task_data=_task_data(r),
+        max_retries=r.integer("max_retries", default=DEFAULT_MAX_RETRIES, minimum=0),
+        retry_after_hours=r.number(
+            "retry_after_hours", default=0.0, minimum=0.0, maximum=MAX_RETRY_AFTER_HOURS
+        ),
+    )
+
+
+def all_enqueue_options(r: Fields) -> Enqueue:
+    """:func:`enqueue_options`, every option read (what it answers for any input)."""
     task_id = r.text("task_id")
     group, per_minute = _rate_limit(r)
     cron = r.opt_text("cron")
