@@ -19,6 +19,17 @@
 With ``--all`` the same invocation also prints (6) group commit (``bench_log``'s
 appends, median of 5) and (7) the read paths (``bench_replay``), so every figure of
 issue 8 comes from one command. Nothing here is a timed test.
+
+    python -m benchmarks.bench_hotpath --instructions --baseline REV
+
+counts instead of timing, for changes too small to see through this VM's run-to-run
+spread (+-8% in tasks/s): the per-task paths above (the blocking stdio client with a
+handler executing, daemon and client; the embedded queue with sequential and with
+concurrent enqueues) each run under ``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``)
+at two sizes, in the tree at git revision REV and in this one; the difference between
+the sizes over the difference in tasks is the instructions a task costs (start-up and
+shutdown cancel out). The same tree gives the same figure to within 0.1% on every run,
+whatever else the machine does; the kernel's work (fsync) is not counted.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -259,7 +271,73 @@ def _line(label: str, value: str, goal: str, ok: bool | None) -> None:
     print(f"{label:<58} {value:<30} goal {goal}{mark}")
 
 
+INSTRUCTION_PATHS = {"stdio": (200, 600), "sequential": (200, 600), "concurrent": (1000, 3000)}
+"""The paths ``--instructions`` counts, with the two task counts each runs."""
+
+
+def _one_path(tree: Path, what: str, n: int) -> None:
+    """Run one path of ``--instructions`` with ``tree``'s snerd (in this process, and in
+    the daemon it spawns): what runs under callgrind."""
+    sys.path.insert(0, str(tree))
+    os.environ["PYTHONPATH"] = str(tree)
+    for name in [m for m in sys.modules if m == "snerd" or m.startswith("snerd.")]:
+        del sys.modules[name]
+    with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-instr-") as raw_tmp:
+        tmp = Path(raw_tmp)
+        if what == "stdio":
+            asyncio.run(stdio_blocking([sys.executable, "-c", OURS, str(tmp / "s")], n, True))
+        else:
+            asyncio.run(embedded_run(tmp / "e", n, what == "concurrent"))
+
+
+def _callgrind(tree: Path, what: str, n: int) -> int:
+    """Instructions of one run of a path (every process it starts), under callgrind."""
+    cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes",
+           "--callgrind-out-file=/dev/null", sys.executable, "-m", "benchmarks.bench_hotpath",
+           "--one-path", str(tree), what, str(n)]  # fmt: skip
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, check=False)
+    counts = re.findall(rb"Collected : (\d+)", run.stderr)
+    if run.returncode != 0 or not counts:
+        sys.exit(f"bench_hotpath: callgrind failed on {what} ({tree}): "
+                 f"{run.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip
+    return sum(int(c) for c in counts)
+
+
+def _instructions(rev: str | None) -> None:
+    """``--instructions``: per-task instructions of each path, REV's tree and this one."""
+    from benchmarks import trees
+
+    if shutil.which("valgrind") is None:
+        sys.exit("bench_hotpath --instructions needs valgrind (apt-get install -y valgrind)")
+    with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-rev-") as raw_tmp:
+        names: list[tuple[str, Path]] = [("this tree", REPO)]
+        if rev is not None:
+            trees.extract(rev, raw_tmp, "bench_hotpath")
+            names.insert(0, (rev, Path(raw_tmp)))
+        print("instructions per task (callgrind; the run at the larger size minus the "
+              "smaller, over the difference in tasks)")  # fmt: skip
+        print(f"{'path':34}" + "".join(f"{name:>16}" for name, _ in names)
+              + ("" if rev is None else f"{'ratio':>9}"))  # fmt: skip
+        for what, (small, large) in INSTRUCTION_PATHS.items():
+            per_task = [
+                (_callgrind(tree, what, large) - _callgrind(tree, what, small)) / (large - small)
+                for _, tree in names
+            ]
+            cells = "".join(f"{value:16,.0f}" for value in per_task)
+            ratio = "" if rev is None else f"{per_task[1] / per_task[0]:9.3f}"
+            label = {"stdio": "stdio, blocking client + daemon",
+                     "sequential": "embedded, sequential enqueues",
+                     "concurrent": "embedded, concurrent enqueues"}[what]  # fmt: skip
+            print(f"{label + f' ({small}->{large})':34}{cells}{ratio}")
+        if rev is not None:
+            print(f"  ratio: this tree's instructions over {rev}'s (below 1: fewer a task)")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--one-path"]:  # a run under callgrind (see --instructions)
+        _one_path(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--quick", action="store_true", help="1000 tasks, for a smoke run")
@@ -269,7 +347,19 @@ def main() -> None:
         help="also issue 8's other figures in this run: group commit (bench_log, median "
              "of 5) and the read paths (bench_replay)",
     )  # fmt: skip
+    parser.add_argument(
+        "--instructions", action="store_true",
+        help="count instructions per task under callgrind instead of timing",
+    )  # fmt: skip
+    parser.add_argument("--baseline", metavar="REV",
+                        help="with --instructions: also the tree at this git revision, and "
+                             "the ratio")  # fmt: skip
     args = parser.parse_args()
+    if args.instructions:
+        _instructions(args.baseline)
+        return
+    if args.baseline:
+        parser.error("--baseline needs --instructions")
     n = 1000 if args.quick else args.tasks
     os.environ["PYTHONPATH"] = str(REPO)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="snerd-hot-") as raw_tmp:

@@ -47,6 +47,7 @@ class Dispatcher:
         self._timer_at: float | None = None
         self._task: asyncio.Task[None] | None = None
         self.reserved = 0  # attempts claimed but not begun yet
+        self._executors: dict[tuple[str, str | None], Executor | None] = {}  # by (type, url)
 
     @property
     def started(self) -> bool:
@@ -184,14 +185,27 @@ class Dispatcher:
         return self.executor_for(task) is not None
 
     def executor_for(self, task: Task) -> Executor | None:
-        for executor in self.engine.executors:
-            if executor.accepts(task.type, task.webhook_url):
-                return executor
-        return None
+        """The first executor that accepts the task (a plan asks for every lane's top)."""
+        return self._executor(task.type, task.webhook_url)
 
     def runs_here(self, task_type: str, webhook_url: str | None) -> bool:
         """Whether an executor here takes tasks of that type and webhook URL."""
-        return any(ex.accepts(task_type, webhook_url) for ex in self.engine.executors)
+        return self._executor(task_type, webhook_url) is not None
+
+    def _executor(self, task_type: str, webhook_url: str | None) -> Executor | None:
+        """Asked of the executors once per type and URL, until :meth:`forget_executors`."""
+        kind = (task_type, webhook_url)
+        try:
+            return self._executors[kind]
+        except KeyError:
+            found = next((ex for ex in self.engine.executors
+                          if ex.accepts(task_type, webhook_url)), None)  # fmt: skip
+            self._executors[kind] = found
+            return found
+
+    def forget_executors(self) -> None:
+        """What the executors accept changed (a handler was registered): ask them again."""
+        self._executors.clear()
 
     def _begin(self, run: Run) -> None:
         e = self.engine

@@ -639,6 +639,7 @@ class Engine:
 
     def wake(self) -> None:
         """Something outside the log changed (a handler was registered): look again."""
+        self.dispatcher.forget_executors()
         self.dispatcher.wake()
 
     @property
