@@ -23,13 +23,15 @@ issue 8 comes from one command. Nothing here is a timed test.
     python -m benchmarks.bench_hotpath --instructions --baseline REV
 
 counts instead of timing, for changes too small to see through this VM's run-to-run
-spread (+-8% in tasks/s): the per-task paths above (the blocking stdio client with a
-handler executing, daemon and client; the embedded queue with sequential and with
+spread (+-8% in tasks/s): the embedded queue's per-task paths above (sequential and
 concurrent enqueues) each run under ``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``)
 at two sizes, in the tree at git revision REV and in this one; the difference between
 the sizes over the difference in tasks is the instructions a task costs (start-up and
-shutdown cancel out). The same tree gives the same figure to within 0.1% on every run,
-whatever else the machine does; the kernel's work (fsync) is not counted.
+shutdown cancel out). One process, so the same tree gives the same figure to within
+0.1% on every run, whatever else the machine does; the kernel's work (fsync) is not
+counted. (The stdio paths are two processes: how their lines interleave, and so how
+many reads and batches a task takes, moves with the machine's load, and their counts
+with it, by up to 10% here; they are left to the timed runs.)
 """
 
 from __future__ import annotations
@@ -271,29 +273,26 @@ def _line(label: str, value: str, goal: str, ok: bool | None) -> None:
     print(f"{label:<58} {value:<30} goal {goal}{mark}")
 
 
-INSTRUCTION_PATHS = {"stdio": (200, 600), "sequential": (200, 600), "concurrent": (1000, 3000)}
+INSTRUCTION_PATHS = {"sequential": (200, 600), "concurrent": (1000, 3000)}
 """The paths ``--instructions`` counts, with the two task counts each runs."""
 
 
 def _one_path(tree: Path, what: str, n: int) -> None:
-    """Run one path of ``--instructions`` with ``tree``'s snerd (in this process, and in
-    the daemon it spawns): what runs under callgrind."""
+    """Run one path of ``--instructions`` with ``tree``'s snerd: what runs under
+    callgrind."""
     sys.path.insert(0, str(tree))
     os.environ["PYTHONPATH"] = str(tree)
     for name in [m for m in sys.modules if m == "snerd" or m.startswith("snerd.")]:
         del sys.modules[name]
     with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-instr-") as raw_tmp:
         tmp = Path(raw_tmp)
-        if what == "stdio":
-            asyncio.run(stdio_blocking([sys.executable, "-c", OURS, str(tmp / "s")], n, True))
-        else:
-            asyncio.run(embedded_run(tmp / "e", n, what == "concurrent"))
+        asyncio.run(embedded_run(tmp / "e", n, what == "concurrent"))
 
 
 def _callgrind(tree: Path, what: str, n: int) -> int:
-    """Instructions of one run of a path (every process it starts), under callgrind."""
-    cmd = ["valgrind", "--tool=callgrind", "--trace-children=yes",
-           "--callgrind-out-file=/dev/null", sys.executable, "-m", "benchmarks.bench_hotpath",
+    """Instructions of one run of a path, under callgrind."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+           sys.executable, "-m", "benchmarks.bench_hotpath",
            "--one-path", str(tree), what, str(n)]  # fmt: skip
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, check=False)
@@ -326,9 +325,7 @@ def _instructions(rev: str | None) -> None:
             ]
             cells = "".join(f"{value:16,.0f}" for value in per_task)
             ratio = "" if rev is None else f"{per_task[1] / per_task[0]:9.3f}"
-            label = {"stdio": "stdio, blocking client + daemon",
-                     "sequential": "embedded, sequential enqueues",
-                     "concurrent": "embedded, concurrent enqueues"}[what]  # fmt: skip
+            label = f"embedded, {what} enqueues"
             print(f"{label + f' ({small}->{large})':34}{cells}{ratio}")
         if rev is not None:
             print(f"  ratio: this tree's instructions over {rev}'s (below 1: fewer a task)")
