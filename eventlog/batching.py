@@ -220,6 +220,8 @@ class BatchingLog(EventLog):
     async def _recover_if_due(self) -> None:
         """After a fault, replay the log from storage (when due); give up for good if
         it stays unreadable for :attr:`give_up_seconds`."""
+        if not self._stale:  # (every batch asks: no lock taken for the common answer)
+            return
         async with self._recovery:  # one replay at a time; a second caller waits for it
             await self._recover_locked()
 
