@@ -585,6 +585,11 @@ class Engine:
                 done.set_result(future.result())
 
         self.log.submit(under_lock, durable=durable).add_done_callback(settle)
+        if self._claims_queued:
+            # A claim queued before this outcome and not decided yet takes the slot it
+            # frees: it counts the free slots when it is decided. (Outcomes that end in
+            # one loop turn queued one claim each, and all but the first planned nothing.)
+            return done
         if not self._may_claim():
             self.dispatcher.nudge(self.state)
         elif self.dispatcher.may_find(self.state):  # (else a nudge would find nothing)

@@ -281,6 +281,32 @@ async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
     assert plans == [1] * 5  # the last outcome leaves nothing to claim: no plan
 
 
+async def test_outcomes_in_one_turn_queue_one_claim_for_all_the_slots_they_free(
+    harness: Harness, monkeypatch
+) -> None:
+    """Attempts that end in the same loop turn free their slots before any claim behind
+    them is decided: the first outcome queues a claim, which counts every slot free when
+    it is decided and takes them all; the others queue none (each would be a request
+    under the lock, planning nothing). The backlog still runs, each task once."""
+    gate, gated = _gated()
+    engine = await harness.engine({"t": gated}, max_workers=4)
+    await settle(engine, lambda: True)
+    await asyncio.gather(*(engine.enqueue(_enqueue(f"w{i}")) for i in range(12)))
+    await settle(engine, lambda: len(engine.runs) == 4)
+    behind: list[int] = []
+    real = Engine._claim_behind
+
+    def counting(self: Engine) -> Any:
+        behind.append(len(self.runs))
+        return real(self)
+
+    monkeypatch.setattr(Engine, "_claim_behind", counting)
+    gate.set()  # the 4 running end in one turn, then the next 4, then the last 4
+    await settle(engine, lambda: len(harness.calls) == 12 and not engine.state.tasks)
+    assert behind == [3, 3]  # one claim per round of outcomes (the last round: none left)
+    assert sorted(task_id for _, task_id, _ in harness.calls) == sorted(f"w{i}" for i in range(12))
+
+
 async def test_claims_behind_a_flood_of_enqueues_plan_only_for_free_slots(
     harness: Harness, monkeypatch
 ) -> None:
