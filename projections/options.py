@@ -16,7 +16,7 @@ malformed). The table is in ``specs/protocol.md`` §3.1.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, NoReturn
 from urllib.parse import urlsplit
 
@@ -136,13 +136,14 @@ _RARE_OPTIONS: Final = frozenset({
 official SDK sends with every enqueue): most enqueues carry none of them."""
 
 
-def enqueue_options(r: Fields) -> Enqueue:
-    """The enqueue the options in ``r`` ask for (``r.fail`` on the first bad one)."""
+def enqueue_options(r: Fields, kind: Callable[..., Enqueue] = Enqueue) -> Enqueue:
+    """The enqueue the options in ``r`` ask for (``r.fail`` on the first bad one), made
+    by ``kind`` (the wire's subclass, say, with what it adds bound)."""
     if not _RARE_OPTIONS.isdisjoint(r.msg):
-        return all_enqueue_options(r)
+        return all_enqueue_options(r, kind)
     # None of the rare options: the same checks in the same order, the rest defaults.
     task_id = r.text("task_id")
-    return Enqueue(
+    return kind(
         task_id,
         r.text("task_type"),
         task_data=_task_data(r),
@@ -153,14 +154,14 @@ def enqueue_options(r: Fields) -> Enqueue:
     )
 
 
-def all_enqueue_options(r: Fields) -> Enqueue:
+def all_enqueue_options(r: Fields, kind: Callable[..., Enqueue] = Enqueue) -> Enqueue:
     """:func:`enqueue_options`, every option read (what it answers for any input)."""
     task_id = r.text("task_id")
     group, per_minute = _rate_limit(r)
     cron = r.opt_text("cron")
     if cron is not None:
         cron = _cron(r, cron)
-    return Enqueue(
+    return kind(
         task_id,
         r.text("task_type"),
         task_data=_task_data(r),

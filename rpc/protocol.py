@@ -12,13 +12,13 @@ never an integer; a ``request_id`` (string or integer) is echoed in every reply.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, cast
 
 import orjson
 
-from snerd.projections import commands as core_commands
 from snerd.projections.options import (
     MAX_COUNT as MAX_COUNT,
 )
@@ -174,7 +174,7 @@ def parse_message(msg: Any, *, raw: bytes = b"") -> Command:
                              raw=raw[:1024])  # fmt: skip
     reader = _Reader(msg, raw)
     for name, value in msg.items():
-        if isinstance(value, dict | list) and depth(value, MAX_DEPTH) >= MAX_DEPTH:
+        if isinstance(value, (dict, list)) and depth(value, MAX_DEPTH) >= MAX_DEPTH:
             reader.fail(name, f"{name} nests deeper than {MAX_DEPTH - 1} levels")
     action = msg.get("action")
     if action is None:
@@ -229,13 +229,9 @@ class _Reader(Fields):
 
 
 def _parse_enqueue(r: _Reader) -> Enqueue:
-    core = enqueue_options(r)
-    values = {name: getattr(core, name) for name in _CORE_ENQUEUE_FIELDS}
-    return Enqueue(**values, request_id=r.request_id)
-
-
-_CORE_ENQUEUE_FIELDS: Final = tuple(f.name for f in fields(core_commands.Enqueue) if f.init)
-"""The core command's fields, which the wire's ``Enqueue`` extends (read once)."""
+    if r.request_id is None:
+        return cast(Enqueue, enqueue_options(r, Enqueue))
+    return cast(Enqueue, enqueue_options(r, functools.partial(Enqueue, request_id=r.request_id)))
 
 
 def _parse_result(r: _Reader) -> Result:
