@@ -430,9 +430,25 @@ class PlainChain:
         return report
 
 
+@dataclass(slots=True)
+class PlainCheck:
+    """What :func:`verify_plain_aside` gives: the plain check's report, and whether a
+    line held one of the byte strings it was asked to watch for."""
+
+    report: ChainReport | None
+    watched: bool = False
+
+
 def verify_plain(files: Sequence[Path], key: bytes | None = None) -> ChainReport | None:
     """:class:`PlainChain` over ``files`` (None: use :func:`verify`)."""
+    return _plain_check(files, key, ()).report
+
+
+def _plain_check(files: Sequence[Path], key: bytes | None, watch: Sequence[bytes]) -> PlainCheck:
+    """:func:`verify_plain`, and in the same pass over the bytes, whether any line holds
+    one of ``watch`` (the reader that asked needs not search them itself)."""
     plain = PlainChain(key)
+    watched = False
     try:
         for file_no, path in enumerate(files):
             with open(path, "rb") as f:
@@ -441,13 +457,16 @@ def verify_plain(files: Sequence[Path], key: bytes | None = None) -> ChainReport
                     data = pending + chunk if pending else chunk
                     cut = data.rfind(b"\n") + 1
                     plain.feed(file_no, data[:cut].split(b"\n")[:-1])
+                    if watch and not watched:  # (cut at a line's end: no string spans it)
+                        watched = any(data.find(w, 0, cut) >= 0 for w in watch)
                     pending = data[cut:]
                 if pending.strip():
                     plain.feed(file_no, [pending])
+                    watched = watched or any(w in pending for w in watch)
     except OSError:
-        return None
+        return PlainCheck(None, watched=bool(watch))  # unread bytes may hold one
     plain.done = True
-    return plain.report()
+    return PlainCheck(plain.report(), watched)
 
 
 ASIDE_BYTES = 4 << 20
@@ -456,22 +475,24 @@ fork of a large process costs more than checking a few megabytes."""
 
 
 def verify_plain_aside(
-    files: Sequence[Path], key: bytes | None = None
-) -> Callable[[], ChainReport | None]:
+    files: Sequence[Path], key: bytes | None = None, *, watch: Sequence[bytes] = ()
+) -> Callable[[], PlainCheck]:
     """Start :func:`verify_plain` in a forked child (it reads the files itself, on
     another core if there is one, while the caller folds the log); the function
-    returned waits for the child and gives its report. Without ``fork``, or for
-    files of fewer than :data:`ASIDE_BYTES` in all, it runs the check when called."""
+    returned waits for the child and gives its report, and whether a line holds one of
+    ``watch`` (searched in the same pass). Without ``fork``, or for files of fewer than
+    :data:`ASIDE_BYTES` in all, it runs the check when called."""
     if not hasattr(os, "fork") or _size(files) < ASIDE_BYTES:
-        return lambda: verify_plain(files, key)
+        return lambda: _plain_check(files, key, watch)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: check, report as JSON, leave without cleanup
         code = 1
         try:
             os.close(read_end)
-            report = verify_plain(files, key)
-            data = b"null" if report is None else orjson.dumps(asdict(report))
+            check = _plain_check(files, key, watch)
+            report = None if check.report is None else asdict(check.report)
+            data = orjson.dumps({"report": report, "watched": check.watched})
             view = memoryview(data)
             while view:
                 view = view[os.write(write_end, view) :]
@@ -480,17 +501,18 @@ def verify_plain_aside(
             os._exit(code)
     os.close(write_end)
 
-    def result() -> ChainReport | None:
+    def result() -> PlainCheck:
         with open(read_end, "rb") as pipe:
             data = pipe.read()
         _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            return None
-        value = orjson.loads(data or b"null")
-        if value is None:
-            return None
-        value["breaks"] = [Break(**b) for b in value["breaks"]]
-        return ChainReport(**value)
+        if os.waitstatus_to_exitcode(status) != 0 or not data:
+            return PlainCheck(None, watched=bool(watch))  # (no answer: assume the worst)
+        value = orjson.loads(data)
+        report = value["report"]
+        if report is not None:
+            report["breaks"] = [Break(**b) for b in report["breaks"]]
+            report = ChainReport(**report)
+        return PlainCheck(report, watched=value["watched"])
 
     return result
 

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from snerd.errors import LogError
 from snerd.eventlog.base import Record, SkippedLine
-from snerd.eventlog.chain import Break, ChainReport, verify_plain_aside
+from snerd.eventlog.chain import Break, ChainReport, PlainCheck, verify_plain_aside
 from snerd.projections.census import Tally
 from snerd.projections.history import (
     History,
@@ -42,7 +42,7 @@ from snerd.projections.history import (
 )
 from snerd.projections.schedule import format_instant
 from snerd.tools import kit
-from snerd.tools.replay_checks import Verifier
+from snerd.tools.replay_checks import EDGE_YEARS, Verifier
 from snerd.tools.replay_fast import (
     ensure_index,
     fast_replay,
@@ -88,7 +88,7 @@ def parse_at(text: str | None) -> float | None:
 
 def run_replay(
     source: Source, *, task: str | None, at: float | None, verify: bool, now: float,
-    figures_only: bool = False,
+    figures_only: bool = False, edges_aside: bool = False,
 ) -> tuple[History | Tally, TaskHistory | None]:
     """The figures of every task, and the full history of ``task`` if given.
 
@@ -100,10 +100,12 @@ def run_replay(
     from a second pass that folds only the records of that task and of its parents
     (all its state depends on); ``--verify`` needs the state before every record,
     hence the full audit fold (several times slower), unless a checked census vouches
-    that there is no problem to name.
+    that there is no problem to name. ``edges_aside``: the caller searches the log for
+    instants at the edge of time itself (the chain check's pass over the bytes does) and
+    runs the replay again with the audit if it finds one.
     """
     if figures_only and at is None and verify and task is None:
-        tally = fast_replay(source, now, checked=True)
+        tally = fast_replay(source, now, checked=True, edges=not edges_aside)
         if tally is not None:
             return tally, None
     if figures_only and at is None and not verify:
@@ -363,29 +365,37 @@ def replay(
     """Replay the log at PATH (a storage directory, a log file or a postgresql:// URL)
     and report."""
     shown = kit.shown(path)
-    plain: Callable[[], ChainReport | None] | None = None
+    aside: Callable[[], PlainCheck] | None = None
+    check: PlainCheck | None = None
     try:
         at = parse_at(at_text)
         source = open_source(path)
-        plain = verify_plain_aside(source.files, chain_key()) if verify and source.files else None
-        history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=time.time(),
-                                    figures_only=not as_json)
+        if verify and source.files:  # the chain, checked on another core as the replay runs
+            aside = verify_plain_aside(source.files, chain_key(), watch=EDGE_YEARS)
+        now = time.time()
+        history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=now,
+                                    figures_only=not as_json, edges_aside=aside is not None)
+        if aside is not None:
+            check, aside = aside(), None
+            if check.watched and isinstance(history, Tally):  # an instant at the edge of
+                source = open_source(path)  # time, which only the audit judges: again
+                history, entry = run_replay(source, task=task_id, at=at, verify=verify, now=now)
         if source.read == 0 and source.skipped:
             raise UsageProblem(f"{shown} is not a task log: none of its lines is a log record "
                                f"({len(source.skipped)} skipped)")  # fmt: skip
     except UsageProblem as exc:
-        if plain is not None:
-            plain()  # reap the check started aside
+        if aside is not None:
+            aside()  # reap the check started aside
         kit.fail(str(exc), code=2)
         return
     if task_id is not None and entry is None:
-        if plain is not None:
-            plain()
         kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
         return
     problems = problem_rows(history, source) if verify else []
     try:
-        chained = verify_chain(source, plain) if verify else None
+        reported = None if check is None else check.report
+        aside_report = None if check is None else lambda: reported
+        chained = verify_chain(source, aside_report) if verify else None
     except UsageProblem as exc:
         kit.fail(str(exc), code=2)
         return

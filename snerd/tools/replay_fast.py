@@ -33,12 +33,15 @@ def ensure_index(source: Source) -> None:
             idx.fresh_index(source.directory, entries=False)
 
 
-def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally | None:
+def fast_replay(
+    source: Source, now: float, *, checked: bool = False, edges: bool = True
+) -> Tally | None:
     """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
     the log holds a record only the full summary judges. Builds the per-task index
     of a storage directory on the way when it has none (or extends it after).
     ``checked``: a census that also vouches there is no problem ``--verify`` would
-    name (None when there might be one)."""
+    name (None when there might be one); ``edges=False``: but for instants at the edge
+    of time (:data:`EDGE_YEARS`), which the caller has searched for itself."""
     from snerd.errors import LogError
     from snerd.eventlog import index as idx
     from snerd.eventlog.scan import Row
@@ -53,7 +56,7 @@ def fast_replay(source: Source, now: float, *, checked: bool = False) -> Tally |
             build = idx.Builder()
     try:
         scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
-                              suspect=EDGE_YEARS if checked else ())  # fmt: skip
+                              suspect=EDGE_YEARS if checked and edges else ())  # fmt: skip
         census = CheckedCensus() if checked else Census()
         skipped: list[SkippedLine] = []
         for batch in _scan_progress(scanner, source):

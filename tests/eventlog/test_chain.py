@@ -21,6 +21,7 @@ from snerd.eventlog import chain
 from snerd.eventlog.chain import (
     GENESIS,
     Chain,
+    PlainCheck,
     split_line,
     verify,
     verify_plain,
@@ -363,11 +364,17 @@ async def test_the_check_aside_reports_as_the_check_inline(
     def no_fork() -> int:
         raise AssertionError("a small log is checked without a fork")
 
+    there, absent = (b'"seq":',), (b'"event":"nothing"', b"\x00")
     with monkeypatch.context() as patch:
         patch.setattr(chain.os, "fork", no_fork)
-        assert verify_plain_aside(files)() == inline
+        assert verify_plain_aside(files)() == PlainCheck(inline, watched=False)
+        assert verify_plain_aside(files, watch=there)() == PlainCheck(inline, watched=True)
+        assert verify_plain_aside(files, watch=absent)() == PlainCheck(inline, watched=False)
     monkeypatch.setattr(chain, "ASIDE_BYTES", 0)
     forks: list[int] = []
     real_fork = chain.os.fork
     monkeypatch.setattr(chain.os, "fork", lambda: forks.append(1) or real_fork())
-    assert verify_plain_aside(files)() == inline and forks == [1]
+    assert verify_plain_aside(files)() == PlainCheck(inline, watched=False) and forks == [1]
+    assert verify_plain_aside(files, watch=there)() == PlainCheck(inline, watched=True)
+    assert verify_plain_aside(files, watch=absent)() == PlainCheck(inline, watched=False)
+    assert forks == [1, 1, 1]

@@ -514,3 +514,47 @@ def test_an_index_is_extended_across_a_compaction(
     _index_agrees(storage, ids_of(first) | ids_of(later))
     grown = idx.read_index(storage)
     assert grown is not None and kept(old, grown)  # extended, not rebuilt
+
+
+@pytest.mark.parametrize("forked", [False, True])
+@pytest.mark.parametrize("instant", ["9999-12-31T23:30:00-01:00", "2024-01-01T00:30:00+01:00"])
+def test_verify_with_the_edge_of_time_searched_aside_reports_what_the_audit_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instant: str, forked: bool
+) -> None:
+    """``replay --verify`` leaves the search for instants at the edge of time to the
+    chain check's pass over the bytes (in a forked child for a big log): where one is,
+    the replay runs again with the audit, so its summary is the audit's to the letter
+    (where there is none, the census's, which agrees with the audit on a clean log)."""
+    from click.testing import CliRunner
+
+    from snerd.eventlog import chain
+    from snerd.tools import replay as tool
+
+    if forked:
+        monkeypatch.setattr(chain, "ASIDE_BYTES", 0)
+    records = writer_log([(0, 0, 0), (0, 1, 0), (0, 0, 0), (0, 1, 0)])
+    records[1]["executeAt"] = instant
+    storage = str(build_storage(tmp_path, records, []))
+    censuses: list[bool] = []
+    real = tool.fast_replay
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        tally = real(*args, **kwargs)
+        censuses.append(tally is not None)
+        return tally
+
+    audits: list[int] = []
+    real_audit = tool.audit
+
+    def audit(*args: Any, **kwargs: Any) -> Any:
+        audits.append(1)
+        return real_audit(*args, **kwargs)
+
+    monkeypatch.setattr(tool, "fast_replay", counted)
+    monkeypatch.setattr(tool, "audit", audit)
+    fast = CliRunner().invoke(tool.replay, [storage, "--verify"])
+    assert censuses == [True]  # the census ran without the search (and found no fault)
+    assert len(audits) == (1 if instant.startswith("9999") else 0)  # the edge: audited
+    monkeypatch.setattr(tool, "fast_replay", lambda *args, **kwargs: None)
+    audited = CliRunner().invoke(tool.replay, [storage, "--verify"])
+    assert (fast.exit_code, fast.output) == (audited.exit_code, audited.output)
