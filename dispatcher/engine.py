@@ -224,7 +224,11 @@ class Engine:
     def _react(self, delta: Delta) -> None:
         if delta.progress:
             self.notifier.progress(self.state, delta.progress, self.runs)
-        if delta.wakes_dispatch:
+        if delta.wakes_dispatch and (not self._claims_queued or delta.doomed):
+            # (A claim queued and not decided yet plans against the state this fold made:
+            # it takes what became runnable, or arms the timer; a nudge now would wake
+            # the dispatcher for a pass that the claim's plan makes pointless. A fail-
+            # through, though, only a pass carries out.)
             self.dispatcher.nudge(self.state, delta)
 
     # --- lifecycle ------------------------------------------------------------------

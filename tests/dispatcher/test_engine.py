@@ -262,6 +262,28 @@ async def test_a_producer_awaiting_each_enqueue_costs_one_batch_per_task(
     assert [task_id for _, task_id, _ in harness.calls] == [f"p{i}" for i in range(20)]
 
 
+async def test_an_enqueue_claimed_in_its_own_batch_wakes_no_dispatcher(
+    harness: Harness,
+) -> None:
+    """The fold of an enqueue with a claim queued behind it does not wake the dispatch
+    loop (the claim's plan, made under the lock against that very fold, takes the task):
+    a producer awaiting each enqueue costs the dispatcher nothing. A child enqueued after
+    its parent was dead-lettered still wakes it: only a pass fails it through."""
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    await _passes_run()
+    wakes: list[int] = []
+    real_set = engine.dispatcher._wake.set
+
+    def counting() -> None:
+        wakes.append(1)
+        real_set()
+
+    engine.dispatcher._wake.set = counting  # type: ignore[method-assign]
+    await _one_at_a_time(engine, harness, 20)
+    assert len(harness.calls) == 20 and wakes == []
+
+
 async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
     harness: Harness, monkeypatch
 ) -> None:
