@@ -262,6 +262,13 @@ class FileLog(BatchingLog):
         A read error is a storage fault: the reading position may be lost, so the
         log replays from storage once it can (:class:`StorageUnavailable`)."""
         try:
+            try:  # one stat answers the common case: the same file, nothing new in it
+                st = os.stat(self._path_s)
+            except FileNotFoundError:
+                st = None
+            if st is not None and st.st_ino == self._ino and st.st_size == self._read_pos:
+                self._caught_up()
+                return 0
             replaced = self._replaced()
             if replaced == "compacted":
                 self._compacted_elsewhere()
