@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,16 +335,8 @@ class FileLog(BatchingLog):
 
     # --------------------------------------------------------------- writing
 
-    @contextlib.asynccontextmanager
-    async def _exclusive(self) -> AsyncIterator[None]:
-        async with self._mutex:
-            await locking.acquire(self._lock_fd)
-            try:
-                await self._sync()
-                self._seal_torn_tail()
-                yield
-            finally:
-                locking.unlock(self._lock_fd)
+    def _exclusive(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return _Exclusive(self)
 
     def _seal_torn_tail(self) -> None:
         """Under the lock a partial last line is a dead writer's: end it with a newline."""
@@ -490,6 +482,39 @@ class FileLog(BatchingLog):
         self._read_pos = os.fstat(self._fd).st_size
         self._records = 1 + snapshot_records + tail_records
         self._skipped = tail_skipped
+
+
+class _Exclusive:
+    """:meth:`FileLog._exclusive`: the in-process mutex, then the file lock, then the
+    catch-up (a class, not a generator: one of these a batch, and most batches are one
+    enqueue)."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: FileLog) -> None:
+        self.log = log
+
+    async def __aenter__(self) -> None:
+        log = self.log
+        await log._mutex.acquire()
+        try:
+            await locking.acquire(log._lock_fd)
+        except BaseException:
+            log._mutex.release()
+            raise
+        try:
+            await log._sync()
+            log._seal_torn_tail()
+        except BaseException:
+            self._release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        locking.unlock(self.log._lock_fd)
+        self.log._mutex.release()
 
 
 def _timed_fsync(fd: int) -> float:
