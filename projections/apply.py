@@ -61,7 +61,7 @@ class Folder(Tables):
     """Applies records to a :class:`QueueState` and collects the :class:`Delta`."""
 
     __slots__ = ("any_doomed", "by_daemon", "counted", "counters", "delta", "dirty", "dlq",
-                 "doomed", "fingerprints", "histograms", "lanes",
+                 "doomed", "fingerprints", "fresh", "histograms", "lanes",
                  "observations", "refs", "tasks", "timers", "windows")  # fmt: skip
     # (n, last_seq and invalid are Tables' own slots: declared here again, compiled, the
     # base's copies would stay unset)
@@ -88,6 +88,10 @@ class Folder(Tables):
         self.observations: dict[HistKey, list[float]] = {}
         self.any_doomed = len(state.doomed) > 0  # skips the doomed set when it is empty
         self.dirty: list[Lane] = []  # lanes whose top may have gone stale in this fold
+        # Keys entering each lane in this fold, merged in at finish as one sorted chain:
+        # a burst of enqueues then costs the lane one child, not one per key (whose first
+        # pop would pair them all up, once for every reader of this state).
+        self.fresh: dict[Lane, list[Any]] = {}
 
     # --- feeding ----------------------------------------------------------------------
 
@@ -119,6 +123,16 @@ class Folder(Tables):
     def finish(self) -> tuple[QueueState, Delta]:
         self._settle()
         tasks = self.tasks
+        if self.fresh:
+            lanes = self.lanes
+            for lane, keys in self.fresh.items():
+                if len(keys) == 1:
+                    lanes = assoc(lanes, lane, heap.push(get(lanes, lane), keys[0]))
+                    continue
+                keys.sort()  # (sorted already, as a rule: a fold's orders rise)
+                lanes = assoc(lanes, lane, heap.merge(get(lanes, lane), heap.from_sorted(keys)))
+            self.lanes = lanes
+            self.fresh = {}
         if self.dirty:
             lanes = self.lanes
             for lane in set(self.dirty):  # only a lane whose task changed can go stale
@@ -308,8 +322,11 @@ class Folder(Tables):
     def _index_phase(self, task: Task) -> None:
         phase = task.phase
         if phase == READY:
-            lane = task.lane
-            self.lanes = assoc(self.lanes, lane, heap.push(get(self.lanes, lane), lane_key(task)))
+            keys = self.fresh.get(task.lane)
+            if keys is None:
+                self.fresh[task.lane] = [lane_key(task)]
+            else:
+                keys.append(lane_key(task))
             self.delta.ready.append(task.id)
         elif phase == DELAYED:
             self.timers = heap.push(self.timers, timer_key(task))

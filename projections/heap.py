@@ -8,7 +8,9 @@ and merges the pairs (the two-pass rule), O(log n) amortized; the first pop afte
 pushes with no pop between them pays for them, O(n) once (here 1.5 ms after 5,000
 pushes, 62 ms after 100,000, against 0.3-0.6 us a push; over a whole drain of 100,000
 keys, each version popped twice as the planner and the fold do, 3.3 us a key against
-the leftist heap this replaced, 8.4 us: ``benchmarks/README.md``). Every operation returns
+the leftist heap this replaced, 8.4 us: ``benchmarks/README.md``); the fold merges the
+keys a batch adds to a lane as one sorted chain (:func:`from_sorted`, which pops in O(1)
+a key), so a burst enqueued as one run leaves no such debt. Every operation returns
 a new heap sharing structure with the one it came from, so an old projection state
 stays valid after a new one is derived from it.
 

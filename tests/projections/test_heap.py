@@ -55,3 +55,24 @@ def test_a_built_heap_takes_pushes_like_any_other(built: list[Any], pushed: list
         h = heap.push(h, key)
     assert _drain(h) == sorted(built + pushed)
     assert heap.pop(None) is None and heap.top(None) is None
+
+
+def test_a_batch_of_enqueues_enters_its_lane_as_one_chain() -> None:
+    """The fold merges the keys one batch adds to a lane as one sorted chain: after a
+    burst of 1,000 enqueues folded at once the lane's root has one child, so popping
+    it (which the planner, the claim's check and the next fold each do, on their own
+    copies) pairs up nothing, where 1,000 single pushes would leave 1,000 children."""
+    from snerd.projections.state import empty, fold
+
+    records = [
+        {"event": "enqueued", "taskId": f"t{i:04d}", "taskType": "x", "taskData": "{}",
+         "seq": i + 1, "ts": 1_760_000_000_000 + i, "daemon": "d"}
+        for i in range(1000)
+    ]  # fmt: skip
+    state, _ = fold(empty(), records)
+    (lane,) = state.lanes.values()
+    children, count = lane[0], 0
+    while children is not None:
+        count, children = count + 1, children[1]
+    assert count == 1
+    assert [key[2] for key in _drain(lane)] == [f"t{i:04d}" for i in range(1000)]
