@@ -19,7 +19,7 @@ from snerd.dispatcher.executors import Executor, Run
 from snerd.errors import LogError
 from snerd.eventlog.base import Record
 from snerd.projections.commands import Claim, FailThrough
-from snerd.projections.decide import decide, owns
+from snerd.projections.decide import owns, planned_claims
 from snerd.projections.delta import Delta
 from snerd.projections.plan import Plan, idle, plan
 from snerd.projections.state import QueueState
@@ -141,7 +141,8 @@ class Dispatcher:
             return [], []
         claim = Claim(tuple(t.id for t in step.claims), e.config.lease_seconds,
                       e.config.timeout_grace)  # fmt: skip
-        decision = decide(state, claim, now=now, daemon=e.daemon)
+        # planned against this very state at this instant: nothing to check again
+        decision = planned_claims(list(step.claims), claim, now=now, daemon=e.daemon)
         claimed: Claimed = decision.outcome
         self.reserved += len(claimed)
         return decision.records, claimed

@@ -470,6 +470,16 @@ def _claim(state: QueueState, command: Claim, *, now: float, daemon: str) -> Dec
     proposed = set(command.task_ids)
     runnable = queries.pick_many(advance(state, now)[0], now, lambda t: t.id in proposed,
                                  len(proposed))  # fmt: skip
+    return planned_claims(runnable, command, now=now, daemon=daemon)
+
+
+def planned_claims(
+    runnable: list[Task], command: Claim, *, now: float, daemon: str
+) -> Decision:
+    """The claims of ``runnable``: what ``decide`` makes of a :class:`Claim` once it has
+    picked them, and what a plan made under the lock against the very state a claim is
+    decided against proposes (:func:`~snerd.projections.plan.plan` picks as
+    ``decide`` would, by the same :func:`~snerd.projections.queries.pick_many`)."""
     records = []
     claimed: list[tuple[Task, int]] = []
     for task in runnable:
