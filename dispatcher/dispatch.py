@@ -4,8 +4,9 @@ The loop sleeps on one event. It wakes when a fold reports a delta that can make
 work runnable, when a handler is registered, when capacity frees, and on one clock
 timer armed for the earliest instant something becomes due (an ``execute_at``, a
 backoff, a rate-limit slot). Each pass asks the pure ``plan`` what to do and carries
-it out: its claims as one ``Claim`` command, which ``decide`` checks under the log
-lock against the caught-up state. The loop never writes the engine's state.
+it out: its claims planned again under the log lock, against the caught-up state,
+and written as planned (what ``decide`` would grant for them there). The loop never
+writes the engine's state.
 """
 
 from __future__ import annotations

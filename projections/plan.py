@@ -5,8 +5,11 @@ free capacity, in dispatch order: most urgent first, FIFO on ties, rate windows
 filling as the batch goes), which dead-lettered parents to fail through, which claims
 of dead owners (or run-out leases) to release, and the next instant something becomes
 due (a timer, a backoff, a rate-limit slot) if nothing can run now. A plan only
-proposes: each claim, release and fail-through is a command that ``decide`` checks
-under the log lock against the caught-up state. The state is not changed: timers that
+proposes: each release and fail-through is a command that ``decide`` checks under the
+log lock against the caught-up state; claims are planned again under the lock, against
+that state, and a plan made there picks exactly what ``decide`` would grant for it
+(``decide.planned_claims``: both pick with :func:`queries.pick_many`; a property test
+holds them to it). The state is not changed: timers that
 came due are moved in a local copy (:func:`state.advance`), so the engine's state keeps
 exactly one writer, its log listener.
 """
