@@ -57,9 +57,11 @@ def strict_keywords(function: F) -> F:
         if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]  # fmt: skip
 
+    names = frozenset(known)
+
     @functools.wraps(function)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        unknown = [name for name in kwargs if name not in known]
+        unknown = [name for name in kwargs if name not in names] if kwargs else None
         if unknown:
             named = ", ".join(_suggest(name, known) for name in unknown)
             raise TypeError(f"{function.__qualname__}() got unknown keyword arguments: {named}")
@@ -280,6 +282,8 @@ class Queue:
         :class:`~snerd.errors.ProtocolError` naming a bad value,
         :class:`~snerd.errors.DispatchError` for a refused enqueue, and ``TypeError``
         naming every unknown keyword (``urgency=`` for ``urgency_score=``)."""
+        if isinstance(execute_at, dt.datetime):
+            execute_at = execute_at.isoformat()
         options: dict[str, Any] = {
             "max_retries": max_retries, "retry_after_hours": retry_after_hours,
             "retry_backoff": retry_backoff, "retry_max_delay": retry_max_delay,
@@ -289,10 +293,7 @@ class Queue:
             "auto_dedupe": auto_dedupe, "webhook_url": webhook_url,
             "max_execution_seconds": max_execution_seconds, "pool": pool,
         }  # fmt: skip
-        given = {
-            name: value.isoformat() if isinstance(value, dt.datetime) else value
-            for name, value in options.items() if value is not None
-        }  # fmt: skip
+        given = {name: value for name, value in options.items() if value is not None}
         try:
             command = enqueue_command(task_id, task_type, data, **given)
         except OptionError as exc:
