@@ -394,10 +394,12 @@ class Engine:
             if not _written(claiming):
                 self._unclaim(reserved)
             if reply is None:
-                if reserved:  # its first step runs before the waiter's next one
-                    self.dispatcher.begin_claimed(reserved)
-                if not done.done():
-                    _copy(enqueued, done)
+                try:
+                    if reserved:  # its first step runs before the waiter's next one
+                        self.dispatcher.begin_claimed(reserved)
+                finally:  # the waiter learns the outcome whatever happened
+                    if not done.done():
+                        _copy(enqueued, done)
                 return
             if not done.done():
                 _copy(enqueued, done)
