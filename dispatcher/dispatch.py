@@ -19,6 +19,7 @@ from snerd.dispatcher.clock import Timer
 from snerd.dispatcher.executors import Executor, Run
 from snerd.errors import LogError
 from snerd.eventlog.base import Record
+from snerd.projections import heap
 from snerd.projections.commands import Claim, FailThrough
 from snerd.projections.decide import owns, planned_claims
 from snerd.projections.delta import Delta
@@ -70,11 +71,16 @@ class Dispatcher:
     def nudge(self, state: QueueState, delta: Delta | None = None) -> None:
         """:meth:`wake`, unless a pass would find nothing in ``state`` now (the pure
         :func:`~snerd.projections.plan.idle`) and there is no new timer to arm
-        (``delta.delayed``): an idle queue finishing a task costs no pass."""
+        (``delta.delayed``): an idle queue finishing a task costs no pass. Then the
+        clock timer is armed for the first task due later, if any: a pass made while
+        every slot was taken armed none (so a task delayed then would wait for the
+        next event, not its time)."""
         if self._wake.is_set():
             return
         if (delta is not None and delta.delayed) or self.may_find(state):
             self._wake.set()
+        elif state.timers is not None:
+            self._arm(heap.top(state.timers)[0])
 
     def may_find(self, state: QueueState) -> bool:
         """Whether a plan could claim something in ``state`` now (not :func:`idle`)."""

@@ -284,6 +284,30 @@ async def test_an_enqueue_claimed_in_its_own_batch_wakes_no_dispatcher(
     assert len(harness.calls) == 20 and wakes == []
 
 
+async def test_a_task_delayed_while_every_slot_is_taken_runs_when_due(
+    harness: Harness,
+) -> None:
+    """A task enqueued for later while every slot is taken runs at its time, with no
+    other event to wake the dispatcher: the pass its enqueue asked for found no slot and
+    armed no timer, so the slot freeing arms it (it used to wait for the next event)."""
+    gate, gated = _gated()
+    engine = await harness.engine({"t": gated}, max_workers=1)
+    await settle(engine, lambda: True)
+    await engine.enqueue(_enqueue("busy"))
+    await settle(engine, lambda: len(engine.runs) == 1)
+    await engine.enqueue(_enqueue("later", execute_at=harness.clock.now() + 10))
+    await _passes_run()
+    gate.set()
+    await settle(engine, lambda: len(harness.calls) == 1 and not engine.runs)
+    await _passes_run()
+    harness.clock.advance(9)
+    await _passes_run()
+    assert len(harness.calls) == 1  # not before its time
+    harness.clock.advance(2)
+    await settle(engine, lambda: len(harness.calls) == 2)
+    assert harness.calls[-1][1] == "later"
+
+
 async def test_a_backlog_drains_with_each_next_claim_in_the_outcomes_batch(
     harness: Harness, monkeypatch
 ) -> None:
