@@ -79,7 +79,12 @@ class Dispatcher:
             return
         if (delta is not None and delta.delayed) or self.may_find(state):
             self._wake.set()
-        elif state.timers is not None:
+        else:
+            self.arm_later(state)
+
+    def arm_later(self, state: QueueState) -> None:
+        """Arm the clock timer for the first task due after now in ``state``, if any."""
+        if state.timers is not None:
             self._arm(heap.top(state.timers)[0])
 
     def may_find(self, state: QueueState) -> bool:

@@ -596,8 +596,10 @@ class Engine:
             # frees: it counts the free slots when it is decided. (Outcomes that end in
             # one loop turn queued one claim each, and all but the first planned nothing.)
             return done
-        if not self._may_claim() or not self.dispatcher.may_find(self.state):
-            self.dispatcher.nudge(self.state)  # (nothing to claim now: a timer, if due later)
+        if not self._may_claim():
+            self.dispatcher.nudge(self.state)
+        elif not self.dispatcher.may_find(self.state):
+            self.dispatcher.arm_later(self.state)  # nothing to claim now: a task due later?
         else:
             # the freed slot's next attempt, claimed in the outcome's batch
             claiming, reserved = self._claim_behind()
