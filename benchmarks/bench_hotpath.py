@@ -27,11 +27,12 @@ spread (+-8% in tasks/s): the embedded queue's per-task paths above (sequential 
 concurrent enqueues) each run under ``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``)
 at two sizes, in the tree at git revision REV and in this one; the difference between
 the sizes over the difference in tasks is the instructions a task costs (start-up and
-shutdown cancel out). One process, so the same tree gives the same figure to within
-0.1% on every run, whatever else the machine does; the kernel's work (fsync) is not
-counted. (The stdio paths are two processes: how their lines interleave, and so how
-many reads and batches a task takes, moves with the machine's load, and their counts
-with it, by up to 10% here; they are left to the timed runs.)
+shutdown cancel out). One process, so the same tree gives the same figure on every run
+whatever else the machine does: the sequential path to within 0.1%, the concurrent one
+to about 1% (how many outcomes share a batch moves a little with timing); the kernel's
+work (fsync) is not counted. (The stdio paths are two processes: how their lines
+interleave, and so how many reads and batches a task takes, moves with the machine's
+load, and their counts with it, by up to 10% here; they are left to the timed runs.)
 """
 
 from __future__ import annotations
