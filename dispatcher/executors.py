@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from snerd.errors import Fail
+from snerd.projections.slots import fast_init
 from snerd.projections.task import Task
 
 
@@ -101,6 +102,8 @@ class Job:
         asyncio.run_coroutine_threadsafe(self.progress(data), self._loop).result(timeout)
 
 
+_, _new_job = fast_init(Job)  # one a task: the frozen class's __init__ is 3x dearer
+
 Handler = Callable[[Job], Any]
 """An ``async def`` handler (awaited on the event loop), or a plain ``def`` one (run in
 a worker thread; see :class:`HandlerExecutor`). Raising fails the attempt; what it
@@ -150,8 +153,9 @@ class HandlerExecutor:
     def start(self, run: Run, outcomes: Outcomes) -> None:
         handler = self.handlers[run.task.type]
         loop = asyncio.get_running_loop()
-        job = Job(run.task.id, run.task.type, decode_data(run.task.data), run.attempt, outcomes,
-                  loop)  # fmt: skip
+        task = run.task
+        job: Job = _new_job(id=task.id, type=task.type, data=decode_data(task.data),
+                            attempt=run.attempt, _outcomes=outcomes, _loop=loop)  # fmt: skip
         run.handle = loop.create_task(self._run(handler, job, run, outcomes))
 
     def _is_async(self, handler: Handler) -> bool:
