@@ -641,9 +641,9 @@ class BatchingLog(EventLog):
             if not isinstance(r, dict):
                 raise LogError(f"a record must be a dict, got {type(r).__name__}")
             seq += 1
-            rec = dict(r)
-            rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
-            rec["seq"] = seq
+            rec = {**r, "seq": seq}
+            if CHAIN_FIELD in rec:  # only this layer writes it, always last
+                del rec[CHAIN_FIELD]
             stamped.append(rec)
         bodies = [encode_body(rec) for rec in stamped]
         if stamped and self._last_seq == 0 and self._records == 0:  # a new log says its format
