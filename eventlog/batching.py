@@ -642,8 +642,7 @@ class BatchingLog(EventLog):
                 raise LogError(f"a record must be a dict, got {type(r).__name__}")
             seq += 1
             rec = {**r, "seq": seq}
-            if CHAIN_FIELD in rec:  # only this layer writes it, always last
-                del rec[CHAIN_FIELD]
+            rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
             stamped.append(rec)
         bodies = [encode_body(rec) for rec in stamped]
         if stamped and self._last_seq == 0 and self._records == 0:  # a new log says its format
