@@ -143,14 +143,18 @@ def enqueue_options(r: Fields, kind: Callable[..., Enqueue] = Enqueue) -> Enqueu
         return all_enqueue_options(r, kind)
     # None of the rare options: the same checks in the same order, the rest defaults.
     task_id = r.text("task_id")
-    return kind(
-        task_id,
+    task_type, data, retries, hours = _common(r)
+    return kind(task_id, task_type, task_data=data, max_retries=retries, retry_after_hours=hours)
+
+
+def _common(r: Fields) -> tuple[str, str, int, float]:
+    """The options every enqueue reads after its id, in this order: type, data, retry
+    count, retry delay."""
+    return (
         r.text("task_type"),
-        task_data=_task_data(r),
-        max_retries=r.integer("max_retries", default=DEFAULT_MAX_RETRIES, minimum=0),
-        retry_after_hours=r.number(
-            "retry_after_hours", default=0.0, minimum=0.0, maximum=MAX_RETRY_AFTER_HOURS
-        ),
+        _task_data(r),
+        r.integer("max_retries", default=DEFAULT_MAX_RETRIES, minimum=0),
+        r.number("retry_after_hours", default=0.0, minimum=0.0, maximum=MAX_RETRY_AFTER_HOURS),
     )
 
 
@@ -161,14 +165,13 @@ def all_enqueue_options(r: Fields, kind: Callable[..., Enqueue] = Enqueue) -> En
     cron = r.opt_text("cron")
     if cron is not None:
         cron = _cron(r, cron)
+    task_type, data, retries, hours = _common(r)
     return kind(
         task_id,
-        r.text("task_type"),
-        task_data=_task_data(r),
-        max_retries=r.integer("max_retries", default=DEFAULT_MAX_RETRIES, minimum=0),
-        retry_after_hours=r.number(
-            "retry_after_hours", default=0.0, minimum=0.0, maximum=MAX_RETRY_AFTER_HOURS
-        ),
+        task_type,
+        task_data=data,
+        max_retries=retries,
+        retry_after_hours=hours,
         **_retry_policy(r),
         auto_dedupe=r.boolean("auto_dedupe", default=False),
         urgency_score=r.number("urgency_score", default=0.0, minimum=None, maximum=MAX_URGENCY),
