@@ -286,10 +286,7 @@ INSTRUCTION_PATHS = {"sequential": (200, 600), "concurrent": (1000, 3000)}
 def _one_path(tree: Path, what: str, n: int) -> None:
     """Run one path of ``--instructions`` with ``tree``'s snerd: what runs under
     callgrind."""
-    sys.path.insert(0, str(tree))
-    os.environ["PYTHONPATH"] = str(tree)
-    for name in [m for m in sys.modules if m == "snerd" or m.startswith("snerd.")]:
-        del sys.modules[name]
+    sys.path.insert(0, str(tree))  # (nothing has imported snerd in this process yet)
     with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-instr-") as raw_tmp:
         tmp = Path(raw_tmp)
         asyncio.run(embedded_run(tmp / "e", n, what == "concurrent"))

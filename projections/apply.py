@@ -126,9 +126,6 @@ class Folder(Tables):
         if self.fresh:
             lanes = self.lanes
             for lane, keys in self.fresh.items():
-                if len(keys) == 1:
-                    lanes = assoc(lanes, lane, heap.push(get(lanes, lane), keys[0]))
-                    continue
                 keys.sort()  # (sorted already, as a rule: a fold's orders rise)
                 lanes = assoc(lanes, lane, heap.merge(get(lanes, lane), heap.from_sorted(keys)))
             self.lanes = lanes

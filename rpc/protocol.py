@@ -229,9 +229,9 @@ class _Reader(Fields):
 
 
 def _parse_enqueue(r: _Reader) -> Enqueue:
-    if r.request_id is None:
-        return cast(Enqueue, enqueue_options(r, Enqueue))
-    return cast(Enqueue, enqueue_options(r, functools.partial(Enqueue, request_id=r.request_id)))
+    rid = r.request_id
+    kind = Enqueue if rid is None else functools.partial(Enqueue, request_id=rid)
+    return cast(Enqueue, enqueue_options(r, kind))
 
 
 def _parse_result(r: _Reader) -> Result:

@@ -277,12 +277,10 @@ def chain_key() -> bytes | None:
         raise UsageProblem(f"cannot read the chain key: {exc}") from None
 
 
-def verify_chain(
-    source: Source, plain: Callable[[], ChainReport | None] | None = None
-) -> ChainReport:
+def verify_chain(source: Source, plain: PlainCheck | None = None) -> ChainReport:
     """Check the checksum chain of every file: the report of ``plain`` (the fast check,
-    started aside before the replay) when it vouches for the chain, else the full
-    check, which names every break. A PostgreSQL queue's rows (its archives, then its
+    run aside during the replay) when it vouches for the chain, else the full check,
+    which names every break. A PostgreSQL queue's rows (its archives, then its
     live log) take the full check."""
     from snerd.eventlog.chain import verify, verify_logs, verify_plain
     from snerd.eventlog.storage import chain_logs
@@ -293,7 +291,7 @@ def verify_chain(
             return verify_logs(chain_logs(source.path), key)
         except LogError as exc:
             raise UsageProblem(str(exc)) from None
-    report = plain() if plain is not None else verify_plain(source.files, key)
+    report = plain.report if plain is not None else verify_plain(source.files, key)
     return report or verify(source.files, key)
 
 
@@ -393,9 +391,7 @@ def replay(
         return
     problems = problem_rows(history, source) if verify else []
     try:
-        reported = None if check is None else check.report
-        aside_report = None if check is None else lambda: reported
-        chained = verify_chain(source, aside_report) if verify else None
+        chained = verify_chain(source, check) if verify else None
     except UsageProblem as exc:
         kit.fail(str(exc), code=2)
         return
