@@ -2,11 +2,13 @@
 
 snerd is pure Python. A wheel build (``pip install .``, ``pip wheel .``) also compiles
 the fold's modules (``COMPILED``: the typed events, the rules, the bulk folder, the
-counters, the engine's incremental folder and the heaps and maps it keeps) to C
-extensions with mypyc, the compiler that ships with mypy (black and
-mypy itself are built the same way): the same source, type-checked, about 1.5x faster
-where a start-up replays a long log (``benchmarks/README.md``). The interpreted
-modules stay in the wheel, and nothing else changes.
+counters, the engine's incremental folder and the heaps and maps it keeps; and what
+every task passes through: the decisions, the queries and plan that pick claims, and
+the enqueue options' reader) to C extensions with mypyc, the compiler that ships with
+mypy (black and mypy itself are built the same way): the same source, type-checked,
+about 1.5x faster where a start-up replays a long log, and a tenth less CPU a task
+(``benchmarks/README.md``). The interpreted modules stay in the wheel, and nothing
+else changes.
 
 Not compiled:
 
@@ -38,6 +40,10 @@ COMPILED = (
     "snerd/projections/apply.py",
     "snerd/projections/heap.py",
     "snerd/projections/pmaps.py",
+    "snerd/projections/decide.py",
+    "snerd/projections/queries.py",
+    "snerd/projections/plan.py",
+    "snerd/projections/options.py",
 )
 _BUILDS = ("bdist_wheel", "build_ext", "build")
 

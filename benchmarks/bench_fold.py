@@ -382,27 +382,16 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
-def _compiled_copy(into: str) -> str:
-    """A copy of this tree with the modules a wheel compiles (``setup.py``: mypyc)
-    built in place, as ``pip install .`` would run them."""
-    tree = os.path.join(into, "tree")
-    shutil.copytree(REPO, tree, symlinks=True, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "build", "*.so", "__pycache__", ".hypothesis"))  # fmt: skip
-    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-                          cwd=tree, capture_output=True, check=False)  # fmt: skip
-    if done.returncode != 0:
-        sys.exit(f"bench_fold: the compiled build failed: {done.stderr.decode()[-2000:]}")
-    return tree
-
-
 def _against(args: argparse.Namespace) -> None:
     """This tree against the tree at ``args.baseline``, alternating child processes."""
     with (tempfile.TemporaryDirectory(prefix="snerd-fold-base-") as base,
           tempfile.TemporaryDirectory(prefix="snerd-fold-now-") as built):  # fmt: skip
-        from benchmarks.trees import extract  # (the parent only: a child may run an old tree)
+        from benchmarks.trees import compiled_copy, extract  # (the parent only: a child
+        # may run an old tree)
 
         extract(args.baseline, base, "bench_fold")
-        trees = {args.baseline: base, "now": _compiled_copy(built) if args.compiled else str(REPO)}
+        now = str(compiled_copy(built, "bench_fold")) if args.compiled else str(REPO)
+        trees = {args.baseline: base, "now": now}
         child = [sys.executable, str(Path(__file__).resolve()), "--child",
                  "--records", str(args.records), "--live", str(args.live),
                  "--max-batch", str(args.max_batch)]  # fmt: skip

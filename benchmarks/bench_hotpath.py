@@ -18,7 +18,10 @@
 
 With ``--all`` the same invocation also prints (6) group commit (``bench_log``'s
 appends, median of 5) and (7) the read paths (``bench_replay``), so every figure of
-issue 8 comes from one command. Nothing here is a timed test.
+issue 8 comes from one command. Nothing here is a timed test. With ``--compiled`` the
+same run uses this tree as ``pip install .`` builds it (``setup.py``'s ``COMPILED``
+modules built with mypyc, in a copy): what a user who installs snerd runs; without it,
+the editable install's interpreted modules.
 
     python -m benchmarks.bench_hotpath --instructions --baseline REV
 
@@ -306,32 +309,41 @@ def _callgrind(tree: Path, what: str, n: int) -> int:
     return sum(int(c) for c in counts)
 
 
-def _instructions(rev: str | None) -> None:
-    """``--instructions``: per-task instructions of each path, REV's tree and this one."""
+def _instructions(rev: str | None, compiled: bool) -> None:
+    """``--instructions``: per-task instructions of each path, REV's tree and this one;
+    with ``compiled``, each built as a wheel builds it (without REV: this tree
+    interpreted, then compiled)."""
     from benchmarks import trees
 
     if shutil.which("valgrind") is None:
         sys.exit("bench_hotpath --instructions needs valgrind (apt-get install -y valgrind)")
     with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-rev-") as raw_tmp:
+        tmp = Path(raw_tmp)
         names: list[tuple[str, Path]] = [("this tree", REPO)]
         if rev is not None:
-            trees.extract(rev, raw_tmp, "bench_hotpath")
-            names.insert(0, (rev, Path(raw_tmp)))
+            trees.extract(rev, tmp / "rev", "bench_hotpath")
+            names.insert(0, (rev, tmp / "rev"))
+        if compiled:
+            built = [(name, trees.compiled_copy(tmp / f"built{i}", "bench_hotpath", tree))
+                     for i, (name, tree) in enumerate(names)]  # fmt: skip
+            names = [("interpreted", REPO), ("compiled", built[0][1])] if rev is None else built
         print("instructions per task (callgrind; the run at the larger size minus the "
               "smaller, over the difference in tasks)")  # fmt: skip
         print(f"{'path':34}" + "".join(f"{name:>16}" for name, _ in names)
-              + ("" if rev is None else f"{'ratio':>9}"))  # fmt: skip
+              + ("" if len(names) < 2 else f"{'ratio':>9}"))  # fmt: skip
         for what, (small, large) in INSTRUCTION_PATHS.items():
             per_task = [
                 (_callgrind(tree, what, large) - _callgrind(tree, what, small)) / (large - small)
                 for _, tree in names
             ]
             cells = "".join(f"{value:16,.0f}" for value in per_task)
-            ratio = "" if rev is None else f"{per_task[1] / per_task[0]:9.3f}"
+            ratio = "" if len(per_task) < 2 else f"{per_task[1] / per_task[0]:9.3f}"
             label = f"embedded, {what} enqueues"
             print(f"{label + f' ({small}->{large})':34}{cells}{ratio}")
         if rev is not None:
             print(f"  ratio: this tree's instructions over {rev}'s (below 1: fewer a task)")
+        elif compiled:
+            print("  ratio: the compiled build's instructions over the interpreted one's")
 
 
 def main() -> None:
@@ -354,12 +366,21 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REV",
                         help="with --instructions: also the tree at this git revision, and "
                              "the ratio")  # fmt: skip
+    parser.add_argument(
+        "--compiled", action="store_true",
+        help="run this tree as a wheel builds it (pip install .: setup.py's COMPILED "
+             "modules built with mypyc); with --instructions, count it against the "
+             "interpreted tree (or against REV, compiled too)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.instructions:
-        _instructions(args.baseline)
+        _instructions(args.baseline, args.compiled)
         return
     if args.baseline:
         parser.error("--baseline needs --instructions")
+    if args.compiled:
+        _in_compiled_copy(args.dir)
+        return
     n = 1000 if args.quick else args.tasks
     os.environ["PYTHONPATH"] = str(REPO)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="snerd-hot-") as raw_tmp:
@@ -415,6 +436,23 @@ def main() -> None:
                   ours / peer >= goal)  # fmt: skip
         if args.all:
             _others(tmp, args.quick)
+
+
+def _in_compiled_copy(parent: str) -> None:
+    """``--compiled``: the same run (the other options as given) in a copy of this tree
+    built as ``pip install .`` builds it: the SDK's daemon, the embedded queue and the
+    read paths all import its compiled modules."""
+    from benchmarks import trees
+
+    argv = [arg for arg in sys.argv[1:] if arg != "--compiled"]
+    with tempfile.TemporaryDirectory(dir=parent, prefix="snerd-built-") as raw_tmp:
+        tree = trees.compiled_copy(raw_tmp, "bench_hotpath")
+        print("this tree as a wheel builds it (setup.py's COMPILED modules built with mypyc)",
+              flush=True)  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_hotpath", *argv],
+                              cwd=tree, env=env, check=False)  # fmt: skip
+    sys.exit(done.returncode)
 
 
 def _others(tmp: Path, quick: bool) -> None:

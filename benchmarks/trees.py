@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -22,3 +23,17 @@ def extract(rev: str, into: str | os.PathLike[str], tool: str) -> None:
                  f"{archive.stderr.decode(errors='replace').strip()}")  # fmt: skip
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="tar")
+
+
+def compiled_copy(into: str | os.PathLike[str], tool: str, source: Path = REPO) -> Path:
+    """A copy of the tree at ``source`` (this one by default) under ``into`` with the
+    modules its wheel compiles (``setup.py``'s ``COMPILED``, with mypyc) built in place,
+    as ``pip install .`` runs them; exit naming ``tool`` when the build fails."""
+    tree = Path(into) / "tree"
+    shutil.copytree(source, tree, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.so", "__pycache__", ".hypothesis"))  # fmt: skip
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                          cwd=tree, capture_output=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        sys.exit(f"{tool}: the compiled build failed: {done.stderr.decode()[-2000:]}")
+    return tree

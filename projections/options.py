@@ -21,6 +21,7 @@ from typing import Any, Final, NoReturn
 from urllib.parse import urlsplit
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from snerd.errors import EventError
 from snerd.projections import backoff
@@ -58,6 +59,7 @@ class OptionError(EventError):
         self.code = code
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the wire's reader extends it
 class Fields:
     """Typed access to a mapping of options; every failure names the field."""
 
