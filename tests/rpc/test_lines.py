@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snerd.rpc.output import Lines
+from snerd.rpc.output import READ_SIZE, Lines, open_input
 
 
 def _run(chunks: list[bytes], max_bytes: int = 10) -> tuple[list[bytes], int, bool]:
@@ -45,3 +48,33 @@ def test_any_chunking_gives_the_same_lines(body: list[bytes], data: st.DataObjec
     if expected and expected[-1] == b"":
         expected.pop()  # no last line after a final newline
     assert seen == expected and long == 0
+
+
+class _Chunks(Lines):
+    """Lines that also remember the size of every chunk the transport read."""
+
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+        self.sizes: list[int] = []
+        super().__init__(self.got.append, lambda: None, max_bytes=1 << 20)
+
+    def feed(self, chunk: bytes) -> None:
+        self.sizes.append(len(chunk))
+        super().feed(chunk)
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="Linux pipes only")
+async def test_stdin_is_read_in_chunks_the_heap_serves() -> None:
+    """A pipe holding more than asyncio's 256 KiB read size is still read READ_SIZE at a
+    time (a larger buffer comes from mmap, three more syscalls a read)."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    lines = [b"x" * 99 for _ in range(5000)]  # 500 KB, written before the first read
+    os.write(w, b"".join(line + b"\n" for line in lines))
+    os.close(w)
+    chunks = _Chunks()
+    with os.fdopen(r, "rb", buffering=0) as stream:
+        await open_input(stream, chunks)
+        await asyncio.wait_for(chunks.closed, 10)
+    assert chunks.got == lines
+    assert max(chunks.sizes) == READ_SIZE < 128 << 10  # glibc's default mmap threshold
