@@ -35,6 +35,7 @@ import orjson
 
 from snerd.errors import DispatchError, Fail, ProtocolError, SnerdError
 from snerd.projections.commands import check_result
+from snerd.rpc.output import heap_sized_reads
 from snerd.rpc.protocol import MAX_LINE_BYTES
 
 log = logging.getLogger("snerd.client")
@@ -140,6 +141,10 @@ class Client:
             *self._command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=self._environment(), limit=STDOUT_LIMIT,
         )  # fmt: skip
+        pipes = getattr(self.process, "_transport", None)  # (asyncio keeps them there)
+        if pipes is not None:  # the daemon's stdout and stderr, read in heap-sized chunks
+            for fd in (1, 2):
+                heap_sized_reads(pipes.get_pipe_transport(fd))
         loop = asyncio.get_running_loop()
         self._readers = [loop.create_task(self._read_stdout()),
                          loop.create_task(self._read_stderr())]  # fmt: skip

@@ -19,6 +19,13 @@ read on the benchmark VM, against 1.5 us for 64 KiB taken from the heap; two rea
 task for an SDK awaiting each enqueue)."""
 
 
+def heap_sized_reads(transport: object) -> None:
+    """Have asyncio's pipe transport read :data:`READ_SIZE` bytes at a time (its
+    ``max_size``; a transport without one is left as it is)."""
+    if hasattr(transport, "max_size"):
+        setattr(transport, "max_size", READ_SIZE)  # noqa: B010  (not in typeshed)
+
+
 class Output:
     """Writes protocol lines; never blocks the event loop on a pipe."""
 
@@ -149,8 +156,7 @@ async def open_input(stream: Any, lines: Lines) -> None:
     fd = stream.fileno()
     if _is_pipe(fd):
         transport, _ = await loop.connect_read_pipe(lambda: _LinesProtocol(lines), stream)
-        if hasattr(transport, "max_size"):  # the unix transport's size of each read
-            transport.max_size = READ_SIZE
+        heap_sized_reads(transport)
         return
 
     def pump() -> None:

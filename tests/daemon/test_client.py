@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from snerd.rpc.client import (
     RemoteDispatchError,
     RemoteProtocolError,
 )
+from snerd.rpc.output import READ_SIZE
 
 
 @pytest.fixture
@@ -214,3 +217,35 @@ async def test_an_oversized_request_is_refused_before_sending(client: Client) ->
         await asyncio.wait_for(client.enqueue("huge", "t", "x" * (1 << 20)), WAIT)
     assert info.value.task_id == "huge"
     assert (await client.enqueue("small", "nobody", "x" * 1000))["action"] == "ack"
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="Linux pipes only")
+async def test_the_daemons_output_is_read_in_chunks_the_heap_serves(tmp_path: Path) -> None:
+    """A daemon whose stdout pipe holds more than asyncio's 256 KiB read size is still
+    read READ_SIZE at a time (a larger buffer comes from mmap: three syscalls a read)."""
+    daemon = tmp_path / "loud-daemon"
+    daemon.write_text(
+        f"#!{sys.executable}\n"
+        "import fcntl, os, sys\n"
+        "fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20)\n"
+        "sys.stdin.readline()\n"  # the client is listening by now
+        "os.write(1, (b'[\"' + b'x' * 998 + b'\"]\\n') * 500)\n"
+        "sys.stdin.readline()\n"
+    )
+    daemon.chmod(0o755)
+    client = Client(tmp_path / "storage", binary=daemon)
+    await client.start()
+    assert client.process is not None and client.process.stdout is not None
+    stdout = client.process.stdout
+    sizes: list[int] = []
+    feed = stdout.feed_data
+    stdout.feed_data = lambda data: (sizes.append(len(data)), feed(data))[1]  # type: ignore[method-assign]
+    client.register("anything", lambda task_id, data: None)
+    for _ in range(500):
+        if sum(sizes) >= 500 * 1003:
+            break
+        await asyncio.sleep(0.01)
+    client.process.kill()
+    await client.process.wait()
+    assert sum(sizes) == 500 * 1003  # 500 lines of 1,003 bytes
+    assert max(sizes) == READ_SIZE < 128 << 10  # glibc's default mmap threshold
