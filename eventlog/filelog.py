@@ -44,6 +44,13 @@ log = logging.getLogger(__name__)
 CHUNK_SIZE = 4 << 20
 """Bytes read per ``pread`` during replay and catch-up."""
 
+FIRST_READ = 64 << 10
+"""Bytes asked of a catch-up's first ``pread`` (the next ones ask :data:`CHUNK_SIZE`
+once one comes back full). A catch-up usually finds one batch of another process's
+lines; glibc serves a buffer of 4 MiB with ``mmap``, so asking that much for it would
+cost an ``mmap``, an ``mremap`` and a ``munmap`` each read, where 64 KiB comes from the
+heap."""
+
 _FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="snerd-fsync")
 """Slow fsyncs run here, off the event loop (a dedicated pool costs less than to_thread)."""
 
@@ -234,7 +241,8 @@ class FileLog(BatchingLog):
     async def _read_new(self) -> int:
         """Deliver the complete lines appended since the last read (holding ``_mutex``)."""
         delivered = 0
-        while chunk := os.pread(self._fd, self._chunk, self._read_pos):
+        size = min(FIRST_READ, self._chunk)
+        while chunk := os.pread(self._fd, size, self._read_pos):
             self._read_pos += len(chunk)
             data = self._pending + chunk if self._pending else chunk
             complete, self._pending = split_complete(data)
@@ -243,6 +251,8 @@ class FileLog(BatchingLog):
                 delivered += self._deliver_decoded(decoded)
             if len(chunk) == self._chunk:
                 await asyncio.sleep(0)  # a long replay must not starve the event loop
+            elif len(chunk) == size:
+                size = self._chunk  # more than a batch: read on in full chunks
         return delivered
 
     def _replaced(self) -> str | None:

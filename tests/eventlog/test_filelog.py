@@ -16,7 +16,7 @@ from logkit import Recorder, run_child
 
 from snerd.errors import LogError
 from snerd.eventlog import locking, watch
-from snerd.eventlog.filelog import FileLog
+from snerd.eventlog.filelog import CHUNK_SIZE, FIRST_READ, FileLog
 from snerd.eventlog.history import iter_history, read_records
 from snerd.eventlog.layout import resolve
 
@@ -484,3 +484,30 @@ async def test_history_about_reads_through_the_per_task_index(
     found = [r["taskId"] for r in log.history_about({"t7"}) if r.get("taskId") == "t7"]
     assert found == ["t7"]
     assert (storage / "tasks" / "tasks.idx").exists()
+
+
+async def test_a_catch_up_reads_a_batch_from_the_heap_and_a_long_tail_in_chunks(
+    storage: Path, file_log: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up after another writer's batch asks FIRST_READ bytes, not CHUNK_SIZE (a
+    4 MiB buffer comes from mmap: three more syscalls a read); once a read comes back
+    full, the rest is read in whole chunks, every line delivered once, in order."""
+    reader, rec = await file_log(follow=False)  # (no watcher reading first)
+    writer, _ = await file_log(follow=False)
+    asked: list[int] = []
+    pread = os.pread
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        asked.append(size)
+        return pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    await writer.append(put("a", "b"))
+    assert await reader.catch_up() == 2
+    assert asked and set(asked) == {FIRST_READ}
+    asked.clear()
+    keys = [f"k{i}" for i in range(2000)]  # ~150 KB: more than one first read
+    await writer.append(put(*keys))
+    assert await reader.catch_up() == 2000
+    assert asked[0] == FIRST_READ and asked[1:] and set(asked[1:]) == {CHUNK_SIZE}
+    assert [r["k"] for r in rec.records] == ["a", "b", *keys]
