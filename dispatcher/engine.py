@@ -9,6 +9,7 @@ armed for the next instant something becomes due: there is no polling tick.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -16,7 +17,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from snerd.dispatcher.clock import Clock, SystemClock
 from snerd.dispatcher.dispatch import Claimed, Dispatcher
@@ -39,7 +40,7 @@ from snerd.projections.commands import (
     Requeue,
     check_result,
 )
-from snerd.projections.decide import decide, decide_enqueues, owns
+from snerd.projections.decide import Decision, decide, decide_enqueues, decide_finishes, owns
 from snerd.projections.delta import Delta
 from snerd.projections.events import Event, decode
 from snerd.projections.replay import BulkFolder
@@ -51,6 +52,8 @@ dedupe verdict or a refusal."""
 
 log = logging.getLogger("snerd.engine")
 T = TypeVar("T")
+C = TypeVar("C", Enqueue, Finish)  # a command decided in runs
+R = TypeVar("R")  # its outcome
 
 
 
@@ -139,7 +142,8 @@ class Engine:
         self._hurry = asyncio.Event()
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
         self._claims_queued = 0  # claims behind requests, submitted, not decided yet
-        self._run: _EnqueueRun | None = None  # the enqueues last submitted as one request
+        self._run: _Run[Enqueue, EnqueueOutcome] | None = None  # enqueues, one request
+        self._outcomes: _Run[Finish, cmds.Refusal | None] | None = None  # successes, one
         self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
@@ -373,7 +377,9 @@ class Engine:
         burst is decided as one run (:func:`~snerd.projections.decide.decide_enqueues`)
         and folded once, not once per enqueue."""
         if not self._may_claim() or not self._may_run_at_once(cmd):
-            enqueued = self._enqueue_in_run(cmd)
+            enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
+            reply_to = functools.partial(_member, enqueued)
+            self._run = self._joined(self._run, cmd, decide_enqueues, reply_to, durable=True)
             if reply is not None:
                 enqueued.add_done_callback(reply)
             return enqueued
@@ -412,28 +418,33 @@ class Engine:
         claiming.add_done_callback(settle)
         return done
 
-    def _enqueue_in_run(self, cmd: Enqueue) -> asyncio.Future[EnqueueOutcome]:
-        """Queue ``cmd`` in the run of enqueues submitted last, or in a new one: one
-        request, decided under the lock as a whole, each member's outcome its own."""
-        run = self._run
+    def _joined(
+        self, run: _Run[C, R] | None, cmd: C, decide_all: Callable[..., list[Decision]],
+        reply: Callable[[asyncio.Future[list[R]], int], None], *, durable: bool,
+    ) -> _Run[C, R]:  # fmt: skip
+        """Queue ``cmd`` in ``run`` if it may take more members (not decided yet, and
+        nothing submitted since), else in a new run: one request, decided under the
+        lock as a whole by ``decide_all`` (``decide_enqueues``, ``decide_finishes``);
+        ``reply`` hears the request's outcome and the member's index in it. Returns
+        the run it joined."""
         if run is None or not run.open or run.submitted != self.log.submitted:
-            run = self._run = _EnqueueRun()
+            new: _Run[C, R] = _Run()
 
-            def decide_run(run: _EnqueueRun = run) -> tuple[list[Record], Any]:
-                run.started = True
-                if self._run is run:
-                    self._run = None
-                decisions = decide_enqueues(self.state, run.commands, now=self.clock.now(),
-                                            daemon=self.daemon)  # fmt: skip
+            def decide_run() -> tuple[list[Record], Any]:
+                new.started = True
+                decisions = decide_all(self.state, new.commands, now=self.clock.now(),
+                                       daemon=self.daemon)  # fmt: skip
+                if len(decisions) == 1:  # (the common run: a waiter's, one at a time)
+                    return decisions[0].records, [decisions[0].outcome]
                 return [r for d in decisions for r in d.records], [d.outcome for d in decisions]
 
-            run.request = self.log.submit(decide_run, durable=True)
-            run.request.add_done_callback(run.settle)
-            run.submitted = self.log.submitted
-        future: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
+            new.request = self.log.submit(decide_run, durable=durable)
+            new.request.add_done_callback(new.settle)
+            new.submitted = self.log.submitted
+            run = new
         run.commands.append(cmd)
-        run.futures.append(future)
-        return future
+        run.replies.append(reply)
+        return run
 
     def _claim_behind(self) -> tuple[asyncio.Future[Claimed], Claimed]:
         """Submit the claims the plan makes for this engine's free slots, right behind
@@ -560,22 +571,12 @@ class Engine:
         self._forget(run, nudge=False)  # the slot's next claim is decided below
         command = Finish(task_id, run.attempt, success, error=error, reason=reason, result=result,
                          retry=retry, jitter=0.0 if success else self.jitter())  # fmt: skip
-        # An outcome is no promise to anyone (a crash re-runs the attempt), except a dead
-        # letter: its notice goes out, so it is durable first.
-        task = self.state.tasks.get(task_id)
-        durable = not success and (
-            not retry or task is None or task.retry_count >= task.max_retries
-        )
-        written: list[Record] = []
-
-        def under_lock() -> tuple[list[Record], Any]:
-            decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
-            written.extend(decision.records)
-            return decision.records, decision.outcome
-
         done: asyncio.Future[cmds.Refusal | None] = loop.create_future()
+        written: list[Record] = []  # a failure's records: a dead letter is announced
+        durable = False
 
-        def settle(future: asyncio.Future[cmds.Refusal | None]) -> None:
+        def settle(future: asyncio.Future[Any], i: int | None = None) -> None:
+            """The request's outcome (the ``i``th of a run's) to ``done``."""
             exc = None if future.cancelled() else future.exception()
             if isinstance(exc, LogError):  # storage trouble: the outcome is known; later
                 log.warning("outcome of %r kept until the log is writable: %s", task_id, exc)
@@ -588,9 +589,23 @@ class Engine:
                 announcing = loop.create_task(self._announce(written, durable))
                 announcing.add_done_callback(lambda t: _announced(t, future, done))
             else:
-                done.set_result(future.result())
+                done.set_result(future.result() if i is None else future.result()[i])
 
-        self.log.submit(under_lock, durable=durable).add_done_callback(settle)
+        if success:  # never a dead letter: one request with the successes right before it
+            self._outcomes = self._joined(self._outcomes, command, decide_finishes, settle,
+                                          durable=False)  # fmt: skip
+        else:
+            # An outcome is no promise to anyone (a crash re-runs the attempt), except a
+            # dead letter: its notice goes out, so it is durable first.
+            task = self.state.tasks.get(task_id)
+            durable = not retry or task is None or task.retry_count >= task.max_retries
+
+            def under_lock() -> tuple[list[Record], Any]:
+                decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
+                written.extend(decision.records)
+                return decision.records, decision.outcome
+
+            self.log.submit(under_lock, durable=durable).add_done_callback(settle)
         if self._claims_queued:
             # A claim queued before this outcome and not decided yet takes the slot it
             # frees: it counts the free slots when it is decided. (Outcomes that end in
@@ -603,6 +618,11 @@ class Engine:
         else:
             # the freed slot's next attempt, claimed in the outcome's batch
             claiming, reserved = self._claim_behind()
+            outcomes = self._outcomes
+            if success and outcomes is not None and outcomes.submitted == self.log.submitted - 1:
+                # the successes that follow still join the run, ahead of this claim,
+                # which counts their slots as well (they are free when it is decided)
+                outcomes.submitted = self.log.submitted
 
             def begin(_: object) -> None:
                 if _written(claiming):
@@ -694,17 +714,19 @@ class Engine:
 
 
 
-class _EnqueueRun:
-    """Enqueues submitted one after another with nothing in between: one request."""
+class _Run(Generic[C, R]):
+    """Commands of one kind submitted one after another with nothing in between (but a
+    claim behind the first): one request, decided as a whole; each member hears its
+    own outcome (its index in the request's list) from ``replies``."""
 
-    __slots__ = ("commands", "futures", "request", "started", "submitted")
+    __slots__ = ("commands", "replies", "request", "started", "submitted")
 
     def __init__(self) -> None:
-        self.commands: list[Enqueue] = []
-        self.futures: list[asyncio.Future[EnqueueOutcome]] = []
-        self.request: asyncio.Future[list[EnqueueOutcome]] | None = None
+        self.commands: list[C] = []
+        self.replies: list[Callable[[asyncio.Future[list[R]], int], None]] = []
+        self.request: asyncio.Future[list[R]] | None = None
         self.started = False  # decided (under the lock): it takes no more members
-        self.submitted = -1  # the log's request count right after this one was queued
+        self.submitted = -1  # the log's request count when it last could take members
 
     @property
     def open(self) -> bool:
@@ -712,18 +734,21 @@ class _EnqueueRun:
         batch refused before its commands ran, after a storage fault, ends it too)."""
         return not self.started and self.request is not None and not self.request.done()
 
-    def settle(self, written: asyncio.Future[list[EnqueueOutcome]]) -> None:
-        """Each member's outcome, in order (or the batch's error, for every member)."""
-        failed = None if written.cancelled() else written.exception()
-        for i, future in enumerate(self.futures):
-            if future.done():
-                continue
-            if written.cancelled():
-                future.cancel()
-            elif failed is not None:
-                future.set_exception(failed)
-            else:
-                future.set_result(written.result()[i])
+    def settle(self, written: asyncio.Future[list[R]]) -> None:
+        for i, reply in enumerate(self.replies):
+            reply(written, i)
+
+
+def _member(future: asyncio.Future[R], written: asyncio.Future[list[R]], i: int) -> None:
+    """Resolve a run member's ``future`` with its outcome (or the batch's error)."""
+    if future.done():
+        return
+    if written.cancelled():
+        future.cancel()
+    elif (failed := written.exception()) is not None:
+        future.set_exception(failed)
+    else:
+        future.set_result(written.result()[i])
 
 
 def _copy(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:

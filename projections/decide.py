@@ -463,6 +463,36 @@ def _finish(state: QueueState, command: Finish, *, now: float, daemon: str) -> D
     return _decided(records)
 
 
+def decide_finishes(
+    state: QueueState, commands: Sequence[Finish], *, now: float, daemon: str
+) -> list[Decision]:
+    """Each command's :func:`decide`, in order, each against the state after the records
+    of the ones before it: what deciding them one at a time and folding each gives,
+    with one fold for the whole run where it can. A success reads only its own task,
+    and a success of another task leaves that task as it was (a running task waits for
+    no parent), so a success whose task no earlier member named is decided against the
+    state the members before it were, as long as those were successes too; any other
+    member gets the state with the run's records so far folded in."""
+    if len(commands) == 1:  # (the common run: one outcome at a time)
+        return [_finish(state, commands[0], now=now, daemon=daemon)]
+    decisions: list[Decision] = []
+    base = state
+    pending: list[Record] = []  # decided since ``base``, by successes only
+    ids: set[str] = set()
+    for cmd in commands:
+        if pending and (not cmd.success or cmd.task_id in ids):
+            base = fold(base, pending)[0]
+            pending, ids = [], set()
+        decision = _finish(base, cmd, now=now, daemon=daemon)
+        decisions.append(decision)
+        if not cmd.success:  # what follows sees it folded
+            base = fold(base, decision.records)[0] if decision.records else base
+            continue
+        pending.extend(decision.records)
+        ids.add(cmd.task_id)
+    return decisions
+
+
 def _claim(state: QueueState, command: Claim, *, now: float, daemon: str) -> Decision:
     """Claims of the proposed tasks that are still runnable in the caught-up state, in
     dispatch order, with every rate window still respected (other daemons may have

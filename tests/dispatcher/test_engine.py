@@ -471,6 +471,33 @@ async def test_a_burst_of_enqueues_is_decided_as_one_run_each_with_its_own_outco
     assert engine.state.tasks["child"].phase == "blocked"  # it waits on r1, in the run
 
 
+async def test_outcomes_that_end_in_one_turn_are_written_as_one_request(
+    harness: Harness,
+) -> None:
+    """Successes submitted one after another (here: four handlers released at once)
+    go to the log as one request, decided and folded as one run, not one fold each;
+    the claim queued behind the first stays behind them all and takes every slot they
+    free. Every task succeeds once."""
+    gate, gated = _gated()
+    engine = await harness.engine({"t": gated}, max_workers=4)
+    await asyncio.gather(*(engine.enqueue(_enqueue(f"o{i}")) for i in range(8)))
+    await settle(engine, lambda: len(engine.runs) == 4)
+    folds: list[list[str]] = []
+    real = engine.on_records
+
+    def folding(records: Any) -> None:
+        folds.append([r.get(ev.F_EVENT) for r in records])
+        real(records)
+
+    engine.on_records = folding  # type: ignore[method-assign]
+    before = engine.log.submitted
+    gate.set()  # the first four end in one turn; the next four, claimed together, too
+    await settle(engine, lambda: not engine.state.tasks)
+    assert sorted(task_id for _, task_id, _ in harness.calls) == sorted(f"o{i}" for i in range(8))
+    assert folds == [[ev.SUCCEEDED] * 4, [ev.CLAIMED] * 4, [ev.SUCCEEDED] * 4]
+    assert engine.log.submitted == before + 3
+
+
 async def test_enqueues_after_a_run_refused_by_a_storage_fault_are_answered(
     harness: Harness, monkeypatch
 ) -> None:

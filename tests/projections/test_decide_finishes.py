@@ -1,0 +1,103 @@
+"""decide_finishes: a run of outcomes decided together is what deciding them one at a
+time, folding each, gives: the same records and the same outcomes (refusals for an
+attempt not running here, retries, dead letters and the fail-through of their
+children), whatever the run and the state before it."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis_budget import examples
+
+from snerd.projections.commands import Claim, Enqueue, Finish
+from snerd.projections.decide import decide, decide_finishes
+from snerd.projections.state import QueueState, empty, fold
+
+NOW = 1_760_000_000.0
+IDS = [f"t{i}" for i in range(5)]
+
+tasks = st.fixed_dictionaries({
+    "retries": st.sampled_from((0, 1)),
+    "parent": st.sampled_from((None, *IDS)),
+    "claimed_by": st.sampled_from((None, "d1", "d1", "d0")),
+})  # fmt: skip
+
+finishes = st.builds(
+    lambda task_id, attempt, success, retry, result: Finish(
+        task_id, attempt, success, error=None if success else "boom", retry=retry,
+        result=result if success else None,
+    ),
+    st.sampled_from(IDS),
+    st.sampled_from((1, 1, 2)),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from((None, {"ok": 1})),
+)  # fmt: skip
+
+
+def _state(specs: list[dict[str, object]]) -> QueueState:
+    """Tasks t0.. enqueued (some children of others), then claimed by d1 (ours), by
+    d0 (another daemon), or left waiting."""
+    state = empty()
+    for i, spec in enumerate(specs):
+        parent = spec["parent"]
+        parents = (parent,) if isinstance(parent, str) and parent != IDS[i] else ()
+        cmd = Enqueue(IDS[i], "a", max_retries=int(spec["retries"]),  # type: ignore[call-overload]
+                      trigger_after_ids=parents)  # fmt: skip
+        state = fold(state, decide(state, cmd, now=NOW - 30, daemon="d0").records)[0]
+    for daemon in ("d1", "d0"):
+        ids = tuple(IDS[i] for i, spec in enumerate(specs) if spec["claimed_by"] == daemon)
+        if ids:
+            records = decide(state, Claim(ids), now=NOW - 20, daemon=daemon).records
+            state = fold(state, records)[0]
+    return state
+
+
+def _one_at_a_time(state: QueueState, commands: list[Finish]) -> list[tuple[object, list]]:
+    out = []
+    for cmd in commands:
+        decision = decide(state, cmd, now=NOW, daemon="d1")
+        out.append((decision.outcome, decision.records))
+        state = fold(state, decision.records)[0]
+    return out
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(tasks, min_size=1, max_size=5), st.lists(finishes, min_size=1, max_size=8))
+def test_a_run_decided_together_is_the_run_decided_one_at_a_time(
+    specs: list[dict[str, object]], run: list[Finish]
+) -> None:
+    state = _state(specs)
+    together = decide_finishes(state, run, now=NOW, daemon="d1")
+    assert [(d.outcome, d.records) for d in together] == _one_at_a_time(state, run)
+
+
+def test_successes_of_different_tasks_are_decided_against_the_state_before_the_run() -> None:
+    """The run's records come out as one list to fold once: no fold in between for
+    successes of different tasks; a failure, or a task named again, folds first."""
+    state = _state([{"retries": 1, "parent": None, "claimed_by": "d1"} for _ in IDS])
+    run = [Finish(task_id, 1, True) for task_id in IDS[:4]]
+    calls: list[QueueState] = []
+
+    import snerd.projections.decide as module
+
+    real = module.fold
+
+    def counting(state, records):  # type: ignore[no-untyped-def]
+        calls.append(state)
+        return real(state, records)
+
+    module.fold = counting  # type: ignore[assignment]
+    try:
+        decisions = decide_finishes(state, run, now=NOW, daemon="d1")
+        assert calls == []
+        assert [d.records[0]["taskId"] for d in decisions] == IDS[:4]
+        again = decide_finishes(state, [*run, run[0]], now=NOW, daemon="d1")
+        assert len(calls) == 1  # the repeated id: the run so far folded, then decided
+        assert again[-1].outcome is not None and again[-1].records == []
+        calls.clear()
+        decide_finishes(state, [run[0], Finish(IDS[4], 1, False, error="boom"), run[1]],
+                        now=NOW, daemon="d1")  # fmt: skip
+        assert len(calls) == 2  # before the failure, and the failure's own records
+    finally:
+        module.fold = real  # type: ignore[assignment]
