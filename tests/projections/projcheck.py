@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from operator import attrgetter
 from typing import Any, Final
 
-from snerd.projections import heap
+from snerd.projections import decide, heap
 from snerd.projections.rates import RATE_WINDOW_SECONDS
 from snerd.projections.rules import phase_for
 from snerd.projections.state import QueueState, lane_key, timer_key
@@ -211,3 +212,21 @@ class RunningAudit:
         self._auditor.feed(log[self._upto :])
         self._upto = len(log)
         return self._auditor.problems
+
+
+@contextmanager
+def folds_in_decide() -> Iterator[list[QueueState]]:
+    """The states ``snerd.projections.decide`` folds records into while the block runs
+    (its ``fold``, counted): what a run decided at once folds in between."""
+    real = decide.fold
+    calls: list[QueueState] = []
+
+    def counting(state: QueueState, records: Any) -> Any:
+        calls.append(state)
+        return real(state, records)
+
+    decide.fold = counting  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        decide.fold = real  # type: ignore[assignment]

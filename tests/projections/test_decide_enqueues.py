@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
+from projcheck import folds_in_decide
 
 from snerd.projections.commands import Enqueue
 from snerd.projections.decide import decide, decide_enqueues
@@ -52,23 +53,10 @@ def test_members_that_cannot_meet_are_decided_against_the_state_before_the_run()
     """The run's records come out as one list to fold once: no fold in between for
     members with other ids, no shared dedupe digest and no parents."""
     run = [Enqueue(f"n{i}", "a", task_data=f'{{"i":{i}}}', auto_dedupe=True) for i in range(5)]
-    calls: list[QueueState] = []
-
-    import snerd.projections.decide as module
-
-    real = module.fold
-
-    def counting(state, records):  # type: ignore[no-untyped-def]
-        calls.append(state)
-        return real(state, records)
-
-    module.fold = counting  # type: ignore[assignment]
-    try:
+    with folds_in_decide() as calls:
         decisions = decide_enqueues(empty(), run, now=NOW, daemon="d1")
         assert calls == []
         assert [d.records[0]["taskId"] for d in decisions] == [f"n{i}" for i in range(5)]
         again = decide_enqueues(empty(), [*run, run[0]], now=NOW, daemon="d1")
         assert len(calls) == 1  # the repeated id: the run so far folded, then decided
         assert again[-1].outcome is not None and again[-1].records == []
-    finally:
-        module.fold = real  # type: ignore[assignment]

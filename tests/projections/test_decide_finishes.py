@@ -8,6 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
+from projcheck import folds_in_decide
 
 from snerd.projections.commands import Claim, Enqueue, Finish
 from snerd.projections.decide import decide, decide_finishes
@@ -77,18 +78,7 @@ def test_successes_of_different_tasks_are_decided_against_the_state_before_the_r
     successes of different tasks; a failure, or a task named again, folds first."""
     state = _state([{"retries": 1, "parent": None, "claimed_by": "d1"} for _ in IDS])
     run = [Finish(task_id, 1, True) for task_id in IDS[:4]]
-    calls: list[QueueState] = []
-
-    import snerd.projections.decide as module
-
-    real = module.fold
-
-    def counting(state, records):  # type: ignore[no-untyped-def]
-        calls.append(state)
-        return real(state, records)
-
-    module.fold = counting  # type: ignore[assignment]
-    try:
+    with folds_in_decide() as calls:
         decisions = decide_finishes(state, run, now=NOW, daemon="d1")
         assert calls == []
         assert [d.records[0]["taskId"] for d in decisions] == IDS[:4]
@@ -99,5 +89,3 @@ def test_successes_of_different_tasks_are_decided_against_the_state_before_the_r
         decide_finishes(state, [run[0], Finish(IDS[4], 1, False, error="boom"), run[1]],
                         now=NOW, daemon="d1")  # fmt: skip
         assert len(calls) == 2  # before the failure, and the failure's own records
-    finally:
-        module.fold = real  # type: ignore[assignment]
