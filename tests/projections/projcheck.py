@@ -214,6 +214,18 @@ class RunningAudit:
         return self._auditor.problems
 
 
+def decided_one_at_a_time(state: QueueState, commands: Any, *, now: float,
+                          daemon: str) -> list[tuple[object, list[Any]]]:  # fmt: skip
+    """Each command's ``(outcome, records)`` decided alone, its records folded before
+    the next: what a run decided at once must equal."""
+    out: list[tuple[object, list[Any]]] = []
+    for cmd in commands:
+        decision = decide.decide(state, cmd, now=now, daemon=daemon)
+        out.append((decision.outcome, decision.records))
+        state = decide.fold(state, decision.records)[0]
+    return out
+
+
 @contextmanager
 def folds_in_decide() -> Iterator[list[QueueState]]:
     """The states ``snerd.projections.decide`` folds records into while the block runs

@@ -7,11 +7,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
-from projcheck import folds_in_decide
+from projcheck import decided_one_at_a_time, folds_in_decide
 
 from snerd.projections.commands import Enqueue
 from snerd.projections.decide import decide, decide_enqueues
-from snerd.projections.state import QueueState, empty, fold
+from snerd.projections.state import empty, fold
 
 NOW = 1_760_000_000.0
 IDS = [f"t{i}" for i in range(6)]
@@ -28,15 +28,6 @@ enqueues = st.builds(
 )
 
 
-def _one_at_a_time(state: QueueState, commands: list[Enqueue]) -> list[tuple[object, list]]:
-    out = []
-    for cmd in commands:
-        decision = decide(state, cmd, now=NOW, daemon="d1")
-        out.append((decision.outcome, decision.records))
-        state = fold(state, decision.records)[0]
-    return out
-
-
 @settings(max_examples=examples(300), deadline=None)
 @given(st.lists(enqueues, max_size=6), st.lists(enqueues, min_size=1, max_size=10))
 def test_a_run_decided_together_is_the_run_decided_one_at_a_time(
@@ -46,7 +37,8 @@ def test_a_run_decided_together_is_the_run_decided_one_at_a_time(
     for cmd in before:  # a state with live tasks, fingerprints and parents in it
         state = fold(state, decide(state, cmd, now=NOW - 10, daemon="d0").records)[0]
     together = decide_enqueues(state, run, now=NOW, daemon="d1")
-    assert [(d.outcome, d.records) for d in together] == _one_at_a_time(state, run)
+    alone = decided_one_at_a_time(state, run, now=NOW, daemon="d1")
+    assert [(d.outcome, d.records) for d in together] == alone
 
 
 def test_members_that_cannot_meet_are_decided_against_the_state_before_the_run() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_budget import examples
-from projcheck import folds_in_decide
+from projcheck import decided_one_at_a_time, folds_in_decide
 
 from snerd.projections.commands import Claim, Enqueue, Finish
 from snerd.projections.decide import decide, decide_finishes
@@ -54,15 +54,6 @@ def _state(specs: list[dict[str, object]]) -> QueueState:
     return state
 
 
-def _one_at_a_time(state: QueueState, commands: list[Finish]) -> list[tuple[object, list]]:
-    out = []
-    for cmd in commands:
-        decision = decide(state, cmd, now=NOW, daemon="d1")
-        out.append((decision.outcome, decision.records))
-        state = fold(state, decision.records)[0]
-    return out
-
-
 @settings(max_examples=examples(300), deadline=None)
 @given(st.lists(tasks, min_size=1, max_size=5), st.lists(finishes, min_size=1, max_size=8))
 def test_a_run_decided_together_is_the_run_decided_one_at_a_time(
@@ -70,7 +61,8 @@ def test_a_run_decided_together_is_the_run_decided_one_at_a_time(
 ) -> None:
     state = _state(specs)
     together = decide_finishes(state, run, now=NOW, daemon="d1")
-    assert [(d.outcome, d.records) for d in together] == _one_at_a_time(state, run)
+    alone = decided_one_at_a_time(state, run, now=NOW, daemon="d1")
+    assert [(d.outcome, d.records) for d in together] == alone
 
 
 def test_successes_of_different_tasks_are_decided_against_the_state_before_the_run() -> None:
