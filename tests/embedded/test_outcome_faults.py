@@ -1,0 +1,63 @@
+"""Outcomes the storage refused: kept, and written once the log takes writes again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from embeddedkit import WAIT
+
+from snerd.dispatcher.executors import Job
+from snerd.embedded import Queue
+from snerd.eventlog.base import StorageUnavailable
+from snerd.eventlog.filelog import FileLog
+from snerd.eventlog.history import read_records
+from snerd.projections import events as ev
+
+
+async def test_a_run_of_successes_refused_by_a_storage_fault_is_written_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Successes that end in one turn are decided as one run and share its batch: when
+    the storage refuses that batch, every one of them is kept and written once the log
+    replays and takes writes again (``Engine._write_later``). No attempt runs twice, no
+    success is written twice."""
+    queue = Queue(str(tmp_path / "s"), fsync=False, max_workers=3)
+    gate = asyncio.Event()
+    ran: list[str] = []
+
+    @queue.handler("t")
+    async def work(job: Job) -> None:
+        ran.append(job.id)
+        await gate.wait()
+
+    real = FileLog._exclusive
+    failing = [False]
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self: Any) -> Any:
+        if failing[0]:
+            failing[0] = False
+            raise StorageUnavailable("the disk went away")
+        async with real(self):
+            yield
+
+    monkeypatch.setattr(FileLog, "_exclusive", exclusive)
+    async with queue:
+        for i in range(3):
+            await queue.enqueue(f"k{i}", "t", {})
+        for _ in range(500):
+            if len(ran) == 3:
+                break
+            await asyncio.sleep(0.01)
+        failing[0] = True  # the next batch: the three successes' run
+        gate.set()
+        await queue.join(timeout=WAIT)
+        assert not failing[0]  # the fault did happen
+    assert sorted(ran) == ["k0", "k1", "k2"]
+    log = tmp_path / "s" / "tasks" / "tasks.log"
+    events = [(r.get(ev.F_EVENT), r.get(ev.F_TASK_ID)) for r in read_records(log)]
+    assert sorted(t for e, t in events if e == ev.SUCCEEDED) == ["k0", "k1", "k2"]
