@@ -12,11 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 READ_SIZE = 64 << 10
-"""Bytes asked of each read of stdin (a pipe holds 64 KiB unless resized). asyncio's pipe
+"""Bytes asked of each read of a pipe: the daemon's stdin, and a client's reads of a
+daemon's stdout and stderr (a pipe holds 64 KiB unless resized). asyncio's pipe
 transport asks 256 KiB: glibc serves a buffer that large with ``mmap``, so each read
 then costs an ``mmap``, an ``mremap`` and a ``munmap`` besides the ``read`` (16-20 us a
-read on the benchmark VM, against 1.5 us for 64 KiB taken from the heap; two reads a
-task for an SDK awaiting each enqueue)."""
+read on the benchmark VM, against 1.5 us for 64 KiB taken from the heap; one or two
+reads a task for an SDK awaiting each enqueue)."""
 
 
 def heap_sized_reads(transport: object) -> None:
