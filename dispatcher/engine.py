@@ -735,6 +735,7 @@ class _Run(Generic[C, R]):
         return not self.started and self.request is not None and not self.request.done()
 
     def settle(self, written: asyncio.Future[list[R]]) -> None:
+        """Each member hears the request's outcome, in order."""
         for i, reply in enumerate(self.replies):
             reply(written, i)
 

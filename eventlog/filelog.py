@@ -255,16 +255,16 @@ class FileLog(BatchingLog):
                 size = self._chunk  # more than a batch: read on in full chunks
         return delivered
 
-    def _replaced(self) -> str | None:
-        """Whether the path now names another file (``"compacted"``: a compaction
-        elsewhere installed it), or ours shrank (``"shrank"``: lines we delivered are
-        gone, so only a reset and a full replay are right), else None."""
-        try:
-            if os.stat(self._path_s).st_ino != self._ino:
-                return "compacted"
-        except FileNotFoundError:
+    def _replaced(self, st: os.stat_result | None) -> str | None:
+        """Whether the path (``st``: its stat, None when it is gone) now names another
+        file (``"compacted"``: a compaction elsewhere installed it), or ours shrank
+        (``"shrank"``: lines we delivered are gone, so only a reset and a full replay
+        are right), else None."""
+        if st is None:
             return None
-        return "shrank" if os.fstat(self._fd).st_size < self._read_pos else None
+        if st.st_ino != self._ino:
+            return "compacted"
+        return "shrank" if st.st_size < self._read_pos else None
 
     async def _sync(self) -> int:
         """Catch up (holding ``_mutex``): follow a replacement, then read new lines.
@@ -279,7 +279,7 @@ class FileLog(BatchingLog):
             if st is not None and st.st_ino == self._ino and st.st_size == self._read_pos:
                 self._caught_up()
                 return 0
-            replaced = self._replaced()
+            replaced = self._replaced(st)
             if replaced == "compacted":
                 self._compacted_elsewhere()
                 self._switch_file()

@@ -507,23 +507,14 @@ async def test_enqueues_after_a_run_refused_by_a_storage_fault_are_answered(
     that cuts PostgreSQL connections under load)."""
     import contextlib
 
+    from faultkit import refuse_one_batch
+
     from snerd.errors import LogError
     from snerd.eventlog.base import StorageUnavailable
 
     engine = await harness.engine({})
     log: Any = engine.log
-    real = type(log)._exclusive
-    failing = [True]
-
-    @contextlib.asynccontextmanager
-    async def exclusive(self: Any) -> Any:
-        if failing[0]:
-            failing[0] = False
-            raise StorageUnavailable("the disk went away")
-        async with real(self):
-            yield
-
-    monkeypatch.setattr(type(log), "_exclusive", exclusive)
+    refuse_one_batch(monkeypatch, type(log))
     first = await asyncio.gather(*(engine.enqueue(_enqueue(f"a{i}")) for i in range(3)),
                                  return_exceptions=True)  # fmt: skip
     assert all(isinstance(r, StorageUnavailable) for r in first), first

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 from embeddedkit import WAIT
+from faultkit import refuse_one_batch
 
 from snerd.dispatcher.executors import Job
 from snerd.embedded import Queue
-from snerd.eventlog.base import StorageUnavailable
 from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.history import read_records
 from snerd.projections import events as ev
@@ -34,18 +32,7 @@ async def test_a_run_of_successes_refused_by_a_storage_fault_is_written_later(
         ran.append(job.id)
         await gate.wait()
 
-    real = FileLog._exclusive
-    failing = [False]
-
-    @contextlib.asynccontextmanager
-    async def exclusive(self: Any) -> Any:
-        if failing[0]:
-            failing[0] = False
-            raise StorageUnavailable("the disk went away")
-        async with real(self):
-            yield
-
-    monkeypatch.setattr(FileLog, "_exclusive", exclusive)
+    failing = refuse_one_batch(monkeypatch, FileLog, armed=False)
     async with queue:
         for i in range(3):
             await queue.enqueue(f"k{i}", "t", {})
