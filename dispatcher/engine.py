@@ -17,7 +17,7 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from snerd.dispatcher.clock import Clock, SystemClock
 from snerd.dispatcher.dispatch import Claimed, Dispatcher
@@ -40,7 +40,7 @@ from snerd.projections.commands import (
     Requeue,
     check_result,
 )
-from snerd.projections.decide import Decision, decide, decide_enqueues, decide_finishes, owns
+from snerd.projections.decide import decide, decide_run, owns
 from snerd.projections.delta import Delta
 from snerd.projections.events import Event, decode
 from snerd.projections.replay import BulkFolder
@@ -52,8 +52,8 @@ dedupe verdict or a refusal."""
 
 log = logging.getLogger("snerd.engine")
 T = TypeVar("T")
-C = TypeVar("C", Enqueue, Finish)  # a command decided in runs
-R = TypeVar("R")  # its outcome
+Member = Enqueue | Finish
+"""A command decided in runs (:func:`~snerd.projections.decide.decide_run`)."""
 
 
 
@@ -142,8 +142,7 @@ class Engine:
         self._hurry = asyncio.Event()
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
         self._claims_queued = 0  # claims behind requests, submitted, not decided yet
-        self._run: _Run[Enqueue, EnqueueOutcome] | None = None  # enqueues, one request
-        self._outcomes: _Run[Finish, cmds.Refusal | None] | None = None  # successes, one
+        self._run: _Run | None = None  # enqueues and successes, one request
         self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
@@ -372,23 +371,16 @@ class Engine:
         starts first: an in-process handler that ends at once then submits its outcome
         before the waiter's next enqueue, and both go in one batch.
 
-        An enqueue that needs no claim behind it joins the enqueues submitted right
-        before it, if nothing else was submitted since and they have not run yet: a
-        burst is decided as one run (:func:`~snerd.projections.decide.decide_enqueues`)
-        and folded once, not once per enqueue."""
+        An enqueue joins the enqueues and successes submitted right before it, if
+        nothing else was submitted since and they have not run yet: a burst, or the last
+        attempt's success and the next enqueue, are decided as one run
+        (:func:`~snerd.projections.decide.decide_run`) and folded once, not once each."""
+        enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
+        self._joined(cmd, functools.partial(_member, enqueued), durable=True)
         if not self._may_claim() or not self._may_run_at_once(cmd):
-            enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
-            reply_to = functools.partial(_member, enqueued)
-            self._run = self._joined(self._run, cmd, decide_enqueues, reply_to, durable=True)
             if reply is not None:
                 enqueued.add_done_callback(reply)
             return enqueued
-
-        def enqueue() -> tuple[list[Record], Any]:  # an enqueue never dead-letters
-            decision = decide(self.state, cmd, now=self.clock.now(), daemon=self.daemon)
-            return decision.records, decision.outcome
-
-        enqueued = self.log.submit(enqueue, durable=True)
         claiming, reserved = self._claim_behind()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[EnqueueOutcome] = loop.create_future()
@@ -419,32 +411,35 @@ class Engine:
         return done
 
     def _joined(
-        self, run: _Run[C, R] | None, cmd: C, decide_all: Callable[..., list[Decision]],
-        reply: Callable[[asyncio.Future[list[R]], int], None], *, durable: bool,
-    ) -> _Run[C, R]:  # fmt: skip
-        """Queue ``cmd`` in ``run`` if it may take more members (not decided yet, and
-        nothing submitted since), else in a new run: one request, decided under the
-        lock as a whole by ``decide_all`` (``decide_enqueues``, ``decide_finishes``);
-        ``reply`` hears the request's outcome and the member's index in it. Returns
-        the run it joined."""
-        if run is None or not run.open or run.submitted != self.log.submitted:
-            new: _Run[C, R] = _Run()
+        self, cmd: Member, reply: Callable[[asyncio.Future[list[Any]], int], None], *,
+        durable: bool,
+    ) -> None:  # fmt: skip
+        """Queue ``cmd`` in the current run if it may take more members (not decided
+        yet, nothing submitted since, and durable if ``cmd`` must be), else in a new
+        run: one request, decided under the lock as a whole by
+        :func:`~snerd.projections.decide.decide_run`; ``reply`` hears the request's
+        outcome and the member's index in it."""
+        run = self._run
+        if (
+            run is None or not run.open or run.submitted != self.log.submitted
+            or (durable and not run.durable and not self.log.make_durable(run.request))
+        ):  # fmt: skip
+            new = run = self._run = _Run()
 
-            def decide_run() -> tuple[list[Record], Any]:
+            def decided() -> tuple[list[Record], Any]:
                 new.started = True
-                decisions = decide_all(self.state, new.commands, now=self.clock.now(),
+                decisions = decide_run(self.state, new.commands, now=self.clock.now(),
                                        daemon=self.daemon)  # fmt: skip
                 if len(decisions) == 1:  # (the common run: a waiter's, one at a time)
                     return decisions[0].records, [decisions[0].outcome]
                 return [r for d in decisions for r in d.records], [d.outcome for d in decisions]
 
-            new.request = self.log.submit(decide_run, durable=durable)
+            new.request = self.log.submit(decided, durable=durable)
             new.request.add_done_callback(new.settle)
             new.submitted = self.log.submitted
-            run = new
+        run.durable = run.durable or durable
         run.commands.append(cmd)
         run.replies.append(reply)
-        return run
 
     def _claim_behind(self) -> tuple[asyncio.Future[Claimed], Claimed]:
         """Submit the claims the plan makes for this engine's free slots, right behind
@@ -592,8 +587,7 @@ class Engine:
                 done.set_result(future.result() if i is None else future.result()[i])
 
         if success:  # never a dead letter: one request with the successes right before it
-            self._outcomes = self._joined(self._outcomes, command, decide_finishes, settle,
-                                          durable=False)  # fmt: skip
+            self._joined(command, settle, durable=False)
         else:
             # An outcome is no promise to anyone (a crash re-runs the attempt), except a
             # dead letter: its notice goes out, so it is durable first.
@@ -618,11 +612,11 @@ class Engine:
         else:
             # the freed slot's next attempt, claimed in the outcome's batch
             claiming, reserved = self._claim_behind()
-            outcomes = self._outcomes
-            if success and outcomes is not None and outcomes.submitted == self.log.submitted - 1:
-                # the successes that follow still join the run, ahead of this claim,
-                # which counts their slots as well (they are free when it is decided)
-                outcomes.submitted = self.log.submitted
+            joined = self._run
+            if success and joined is not None and joined.submitted == self.log.submitted - 1:
+                # what follows (successes, the next enqueue) still joins the run, ahead of
+                # this claim, which counts their slots as well (free when it is decided)
+                joined.submitted = self.log.submitted
 
             def begin(_: object) -> None:
                 if _written(claiming):
@@ -714,17 +708,18 @@ class Engine:
 
 
 
-class _Run(Generic[C, R]):
-    """Commands of one kind submitted one after another with nothing in between (but a
-    claim behind the first): one request, decided as a whole; each member hears its
+class _Run:
+    """Enqueues and successes submitted one after another with nothing in between (but
+    a claim behind the first): one request, decided as a whole; each member hears its
     own outcome (its index in the request's list) from ``replies``."""
 
-    __slots__ = ("commands", "replies", "request", "started", "submitted")
+    __slots__ = ("commands", "durable", "replies", "request", "started", "submitted")
 
     def __init__(self) -> None:
-        self.commands: list[C] = []
-        self.replies: list[Callable[[asyncio.Future[list[R]], int], None]] = []
-        self.request: asyncio.Future[list[R]] | None = None
+        self.commands: list[Member] = []
+        self.replies: list[Callable[[asyncio.Future[list[Any]], int], None]] = []
+        self.request: asyncio.Future[list[Any]] | None = None
+        self.durable = False  # an enqueue is in it: its batch is made durable
         self.started = False  # decided (under the lock): it takes no more members
         self.submitted = -1  # the log's request count when it last could take members
 
@@ -734,13 +729,13 @@ class _Run(Generic[C, R]):
         batch refused before its commands ran, after a storage fault, ends it too)."""
         return not self.started and self.request is not None and not self.request.done()
 
-    def settle(self, written: asyncio.Future[list[R]]) -> None:
+    def settle(self, written: asyncio.Future[list[Any]]) -> None:
         """Each member hears the request's outcome, in order."""
         for i, reply in enumerate(self.replies):
             reply(written, i)
 
 
-def _member(future: asyncio.Future[R], written: asyncio.Future[list[R]], i: int) -> None:
+def _member(future: asyncio.Future[Any], written: asyncio.Future[list[Any]], i: int) -> None:
     """Resolve a run member's ``future`` with its outcome (or the batch's error)."""
     if future.done():
         return

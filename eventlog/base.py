@@ -106,6 +106,12 @@ class EventLog(abc.ABC):
         self.submitted += 1
         return asyncio.ensure_future(self.transact(command, durable=durable))
 
+    def make_durable(self, request: asyncio.Future[Any] | None) -> bool:
+        """Make a request :meth:`submit` queued without durability durable (its batch
+        is synced), if it has not begun yet; False when it cannot (this default: never),
+        and the caller submits what needs durability on its own."""
+        return False
+
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
         """Append unconditionally."""
         await self.transact(lambda: (records, None), durable=durable)

@@ -465,6 +465,15 @@ class BatchingLog(EventLog):
     def submit(self, command: Command[T], *, durable: bool = True) -> asyncio.Future[T]:
         return cast("asyncio.Future[T]", self._submit(command, (), durable))
 
+    def make_durable(self, request: asyncio.Future[Any] | None) -> bool:
+        """:meth:`EventLog.make_durable`: a request still in the queue (the writer has
+        not taken it into a batch) becomes durable."""
+        for req in reversed(self._queue):  # (the caller's is the last, as a rule)
+            if req.future is request:
+                req.durable = True
+                return True
+        return False
+
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
         """Append unconditionally (same as a transaction returning ``records``)."""
         await self._submit(None, records, durable)

@@ -148,35 +148,6 @@ def enqueue(
     return [full_state(ev.ENQUEUED, task, now, daemon)], UnknownParents(unknown)
 
 
-def decide_enqueues(
-    state: QueueState, commands: Sequence[Enqueue], *, now: float, daemon: str
-) -> list[Decision]:
-    """Each command's :func:`decide`, in order, each against the state after the records
-    of the ones before it: what deciding them one at a time and folding each gives,
-    with one fold for the whole run where it can. A command that cannot meet an earlier
-    one of the run (another task id, no dedupe digest in common, no parents) is decided
-    against the state before the run; the first that might meet one gets the state with
-    the run's records so far folded in."""
-    decisions: list[Decision] = []
-    base = state
-    pending: list[Record] = []  # decided since ``base``
-    ids: set[str] = set()
-    digests: set[str] = set()
-    for cmd in commands:
-        digest = fingerprint(cmd.task_type, cmd.task_data) if cmd.auto_dedupe else None
-        if pending and (cmd.task_id in ids or cmd.trigger_after_ids or digest in digests):
-            base = fold(base, pending)[0]
-            pending, ids, digests = [], set(), set()
-        decision = decide(base, cmd, now=now, daemon=daemon)
-        decisions.append(decision)
-        if decision.records:
-            pending.extend(decision.records)
-            ids.add(cmd.task_id)
-            if digest is not None:
-                digests.add(digest)
-    return decisions
-
-
 def _cycle(state: QueueState, task_id: str, parents: tuple[str, ...]) -> str | None:
     """A live ancestor that already waits on ``task_id`` (the DAG would deadlock)."""
     seen: set[str] = set()
@@ -463,33 +434,54 @@ def _finish(state: QueueState, command: Finish, *, now: float, daemon: str) -> D
     return _decided(records)
 
 
-def decide_finishes(
-    state: QueueState, commands: Sequence[Finish], *, now: float, daemon: str
+def decide_run(
+    state: QueueState, commands: Sequence[Enqueue | Finish], *, now: float, daemon: str
 ) -> list[Decision]:
     """Each command's :func:`decide`, in order, each against the state after the records
-    of the ones before it: what deciding them one at a time and folding each gives,
-    with one fold for the whole run where it can. A success reads only its own task,
-    and a success of another task leaves that task as it was (a running task waits for
-    no parent), so a success whose task no earlier member named is decided against the
-    state the members before it were, as long as those were successes too; any other
-    member gets the state with the run's records so far folded in."""
-    if len(commands) == 1:  # (the common run: one outcome at a time)
-        return [_finish(state, commands[0], now=now, daemon=daemon)]
+    of the ones before it: what deciding them one at a time and folding each gives, with
+    one fold for the whole run where it can (the engine's runs: a burst of enqueues,
+    outcomes that end in one turn, an attempt's success and the next enqueue).
+
+    A member that cannot meet the ones before it is decided against the state they were;
+    the first that might meet one gets the state with the run's records so far folded
+    in. An enqueue reads the task and dead letter of its own id, and with dedupe the
+    fingerprints, with parents their tasks; a success reads only its own task, and
+    changes only it (a running task waits for no parent). So these meet an earlier
+    member: an id the run named already, an enqueue with parents, an enqueue with dedupe
+    after a success (whose task's fingerprint goes) or sharing a digest, and a failure
+    (a retry, a dead letter and its fail-through read more): it also folds its own
+    records at once."""
+    if len(commands) == 1:  # (the common run: one command at a time)
+        return [decide(state, commands[0], now=now, daemon=daemon)]
     decisions: list[Decision] = []
     base = state
-    pending: list[Record] = []  # decided since ``base``, by successes only
+    pending: list[Record] = []  # decided since ``base``
     ids: set[str] = set()
+    digests: set[str] = set()
+    succeeded = False  # a success is in ``pending``
     for cmd in commands:
-        if pending and (not cmd.success or cmd.task_id in ids):
+        digest = None
+        if type(cmd) is Finish:
+            meets = not cmd.success or cmd.task_id in ids
+        else:
+            assert isinstance(cmd, Enqueue)
+            digest = fingerprint(cmd.task_type, cmd.task_data) if cmd.auto_dedupe else None
+            meets = (cmd.task_id in ids or bool(cmd.trigger_after_ids)
+                     or (digest is not None and (succeeded or digest in digests)))  # fmt: skip
+        if pending and meets:
             base = fold(base, pending)[0]
-            pending, ids = [], set()
-        decision = _finish(base, cmd, now=now, daemon=daemon)
+            pending, ids, digests, succeeded = [], set(), set(), False
+        decision = decide(base, cmd, now=now, daemon=daemon)
         decisions.append(decision)
-        if not cmd.success:  # what follows sees it folded
+        if type(cmd) is Finish and not cmd.success:  # what follows sees it folded
             base = fold(base, decision.records)[0] if decision.records else base
             continue
-        pending.extend(decision.records)
-        ids.add(cmd.task_id)
+        if decision.records:
+            pending.extend(decision.records)
+            ids.add(cmd.task_id)
+            if digest is not None:
+                digests.add(digest)
+            succeeded = succeeded or type(cmd) is Finish
     return decisions
 
 

@@ -498,6 +498,37 @@ async def test_outcomes_that_end_in_one_turn_are_written_as_one_request(
     assert engine.log.submitted == before + 3
 
 
+async def test_a_success_and_the_next_enqueue_are_written_as_one_durable_request(
+    harness: Harness,
+) -> None:
+    """One task at a time (an SDK awaiting each enqueue): the last attempt's success and
+    the next enqueue, submitted in one turn, go to the log as one request, folded once,
+    in a batch made durable for the enqueue's ack; the new task's claim right behind."""
+    engine = await harness.engine({"t": _noop})
+    await engine.enqueue(_enqueue("a"))  # its attempt ends before the waiter goes on
+    folds: list[list[str]] = []
+    flushes: list[bool] = []
+    real_fold, log = engine.on_records, engine.log
+    real_flush = log._flush  # type: ignore[attr-defined]
+
+    def folding(records: Any) -> None:
+        folds.append([r.get(ev.F_EVENT) for r in records])
+        real_fold(records)
+
+    async def flushing(durable: bool) -> None:
+        flushes.append(durable)
+        await real_flush(durable)
+
+    engine.on_records = folding  # type: ignore[method-assign]
+    log._flush = flushing  # type: ignore[attr-defined]
+    before = log.submitted
+    await engine.enqueue(_enqueue("b"))
+    await settle(engine, lambda: not engine.state.tasks)
+    assert folds == [[ev.SUCCEEDED, ev.ENQUEUED], [ev.CLAIMED], [ev.SUCCEEDED]]
+    assert flushes[0] is True  # the batch that acked "b" was synced
+    assert log.submitted == before + 2  # b joined a's success: its claim, b's success
+
+
 async def test_enqueues_after_a_run_refused_by_a_storage_fault_are_answered(
     harness: Harness, monkeypatch
 ) -> None:

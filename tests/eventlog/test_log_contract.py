@@ -254,6 +254,33 @@ async def test_non_durable_appends(open_log: OpenLog) -> None:
     assert {r["k"] for r in fresh.records} == {"a", "b"}
 
 
+async def test_a_queued_request_made_durable_is_synced(open_log: OpenLog) -> None:
+    """make_durable: a request submitted without durability and still queued is synced
+    with its batch; once the writer has taken its batch, it says it cannot."""
+    a, _ = await open_log(fsync=True)
+    b, _ = await open_log(fsync=True)
+    flushes: list[bool] = []
+    real_flush = a._flush  # type: ignore[attr-defined]
+
+    async def flushing(durable: bool) -> None:
+        flushes.append(durable)
+        await real_flush(durable)
+
+    a._flush = flushing  # type: ignore[attr-defined]
+    await a.submit(lambda: (recs("plain"), None), durable=False)
+    queued = a.submit(lambda: (recs("x"), None), durable=False)
+    assert a.make_durable(queued)
+    await queued
+    assert flushes == [False, True]
+    async with b._exclusive():  # type: ignore[attr-defined]
+        taken = a.submit(lambda: (recs("y"), None), durable=False)
+        for _ in range(5):  # the writer takes the batch and waits for the lock
+            await asyncio.sleep(0)
+        assert not a.make_durable(taken)
+    await taken
+    assert flushes == [False, True, False]
+
+
 async def test_a_sync_waits_for_no_other_writer(open_log: OpenLog) -> None:
     """Making one's own lines durable (an fsync, a synchronous commit) needs neither the
     lock nor a catch-up: it completes while another writer holds the lock."""

@@ -1,4 +1,4 @@
-"""decide_enqueues: a run of enqueues decided together is what deciding them one at a
+"""decide_run: a run of enqueues decided together is what deciding them one at a
 time, folding each, gives: the same records and the same outcomes (duplicates, dedupe
 verdicts, unknown parents, cycles), whatever the run and the state before it."""
 
@@ -10,7 +10,7 @@ from hypothesis_budget import examples
 from projcheck import decided_one_at_a_time, folds_in_decide
 
 from snerd.projections.commands import Enqueue
-from snerd.projections.decide import decide, decide_enqueues
+from snerd.projections.decide import decide, decide_run
 from snerd.projections.state import empty, fold
 
 NOW = 1_760_000_000.0
@@ -36,7 +36,7 @@ def test_a_run_decided_together_is_the_run_decided_one_at_a_time(
     state = empty()
     for cmd in before:  # a state with live tasks, fingerprints and parents in it
         state = fold(state, decide(state, cmd, now=NOW - 10, daemon="d0").records)[0]
-    together = decide_enqueues(state, run, now=NOW, daemon="d1")
+    together = decide_run(state, run, now=NOW, daemon="d1")
     alone = decided_one_at_a_time(state, run, now=NOW, daemon="d1")
     assert [(d.outcome, d.records) for d in together] == alone
 
@@ -46,9 +46,9 @@ def test_members_that_cannot_meet_are_decided_against_the_state_before_the_run()
     members with other ids, no shared dedupe digest and no parents."""
     run = [Enqueue(f"n{i}", "a", task_data=f'{{"i":{i}}}', auto_dedupe=True) for i in range(5)]
     with folds_in_decide() as calls:
-        decisions = decide_enqueues(empty(), run, now=NOW, daemon="d1")
+        decisions = decide_run(empty(), run, now=NOW, daemon="d1")
         assert calls == []
         assert [d.records[0]["taskId"] for d in decisions] == [f"n{i}" for i in range(5)]
-        again = decide_enqueues(empty(), [*run, run[0]], now=NOW, daemon="d1")
+        again = decide_run(empty(), [*run, run[0]], now=NOW, daemon="d1")
         assert len(calls) == 1  # the repeated id: the run so far folded, then decided
         assert again[-1].outcome is not None and again[-1].records == []
