@@ -56,8 +56,9 @@ _FSYNC_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="snerd-fsync"
 
 INLINE_FSYNC_SECONDS = 0.005
 """An fsync that usually takes less than this runs on the loop thread: the hand-off to a
-thread and back costs a loop wake-up and 0.1-0.6 ms of CPU per batch (measured by
-``benchmarks/bench_hotpath``), as much as a local disk's fsync itself. Only a disk slow
+thread and back costs a loop wake-up and 0.1-0.6 ms of CPU per batch, as much as a
+local disk's fsync itself (``python -m benchmarks.bench_fsync`` runs the paths that wait
+for one fsync a task with each placement, side by side). Only a disk slow
 enough that blocking the loop would stall other work (a network volume) goes to the
 pool. The average is of the fsyncs alone, never of the hand-off."""
 

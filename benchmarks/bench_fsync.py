@@ -1,0 +1,105 @@
+"""Where the log's fsync runs, decided by measurement: inline, the pool, or one thread.
+
+    python -m benchmarks.bench_fsync [--tasks N] [--rounds R]
+
+``FileLog`` runs an fsync on the event loop's thread while this disk's fsyncs take
+under ``INLINE_FSYNC_SECONDS`` (5 ms), else in its fsync pool, so that a slow volume
+does not stall the loop. This runs the paths that wait for one fsync a task with each
+placement, in interleaved rounds (medians), and prints each against inline:
+
+- the official SDK awaiting each enqueue, a no-op handler (as ``bench_hotpath`` (1)),
+  with the daemon's CPU a task (its (3));
+- the embedded ``snerd.Queue``, sequential awaited enqueues and concurrent ones (its (5)).
+
+Placements: ``inline`` (what this disk gets by default), ``pool`` (every fsync handed to
+the pool of 4 threads: ``INLINE_FSYNC_SECONDS = 0``), ``thread`` (the same, to one
+dedicated thread). The writer awaits its batch's fsync in each, so the loop is free
+meanwhile in the last two; what they cost is the hand-off there and back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_hotpath import OURS, REPO, _shim, sdk_run
+
+PLACEMENTS = {
+    "inline": "",
+    "pool": "import snerd.eventlog.filelog as f; f.INLINE_FSYNC_SECONDS = 0.0; ",
+    "thread": (
+        "import snerd.eventlog.filelog as f; f.INLINE_FSYNC_SECONDS = 0.0; "
+        "from concurrent.futures import ThreadPoolExecutor; "
+        "f._FSYNC_POOL = ThreadPoolExecutor(max_workers=1); "
+    ),
+}
+"""Code run before the queue starts, per placement (the daemon's and the embedded run's)."""
+
+EMBEDDED = (
+    "import asyncio, sys; from pathlib import Path; "
+    "from benchmarks.bench_hotpath import embedded_run; "
+    "print(asyncio.run(embedded_run(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == 'c')))"
+)
+
+
+def _embedded(prelude: str, storage: Path, n: int, concurrent: bool) -> float:
+    """Tasks/s of one embedded run in a process of its own, with ``prelude`` run first."""
+    cmd = [sys.executable, "-c", prelude + EMBEDDED, str(storage), str(n),
+           "c" if concurrent else "s"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"bench_fsync: the embedded run failed: {done.stderr[-2000:]}")
+    return float(done.stdout.split()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", default=str(REPO.parent))
+    args = parser.parse_args(argv)
+    n = args.tasks
+    os.environ["PYTHONPATH"] = str(REPO)
+    figures: dict[str, dict[str, list[float]]] = {p: {} for p in PLACEMENTS}
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="snerd-fsync-") as raw_tmp:
+        tmp = Path(raw_tmp)
+        daemons = {p: _shim(tmp, f"ours-{p}", code + OURS) for p, code in PLACEMENTS.items()}
+        for round_ in range(args.rounds):
+            for placement, prelude in PLACEMENTS.items():
+                rate, cpu = asyncio.run(sdk_run(daemons[placement], tmp / f"s{placement}{round_}",
+                                                n, True))  # fmt: skip
+                runs = figures[placement]
+                runs.setdefault("sdk", []).append(rate)
+                runs.setdefault("cpu", []).append(cpu / n * 1e3)
+                for concurrent in (False, True):
+                    key = "concurrent" if concurrent else "sequential"
+                    storage = tmp / f"e{placement}{key}{round_}"
+                    runs.setdefault(key, []).append(_embedded(prelude, storage, n, concurrent))
+    med = {p: {k: statistics.median(v) for k, v in runs.items()} for p, runs in figures.items()}
+    base = med["inline"]
+    print(f"fsync placement, {n} tasks, medians of {args.rounds} interleaved rounds "
+          "(ratios against inline; above 1 is better, but for CPU)")  # fmt: skip
+    print(f"{'placement':10}{'SDK enqueues/s':>22}{'daemon CPU a task':>22}"
+          f"{'embedded sequential':>24}{'embedded concurrent':>24}")  # fmt: skip
+    for placement, got in med.items():
+        cells = [
+            f"{got['sdk']:,.0f} ({got['sdk'] / base['sdk']:.2f}x)",
+            f"{got['cpu']:.3f} ms ({got['cpu'] / base['cpu']:.2f}x)",
+            f"{got['sequential']:,.0f} ({got['sequential'] / base['sequential']:.2f}x)",
+            f"{got['concurrent']:,.0f} ({got['concurrent'] / base['concurrent']:.2f}x)",
+        ]
+        print(f"{placement:10}" + "".join(f"{c:>22}" if i < 2 else f"{c:>24}"
+                                          for i, c in enumerate(cells)))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
