@@ -48,3 +48,40 @@ async def test_a_run_of_successes_refused_by_a_storage_fault_is_written_later(
     log = tmp_path / "s" / "tasks" / "tasks.log"
     events = [(r.get(ev.F_EVENT), r.get(ev.F_TASK_ID)) for r in read_records(log)]
     assert sorted(t for e, t in events if e == ev.SUCCEEDED) == ["k0", "k1", "k2"]
+
+
+async def test_a_success_and_an_enqueue_refused_together_keep_their_promises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt's success and the next enqueue share one run (one request, one batch).
+    When the storage refuses that batch, the enqueue's waiter gets the error (nothing
+    was acked: a retry enqueues it, once), and the success is kept and written later."""
+    from snerd.errors import LogError
+
+    queue = Queue(str(tmp_path / "s"), fsync=False)
+    ran: list[str] = []
+
+    @queue.handler("t")
+    async def work(job: Job) -> None:
+        ran.append(job.id)
+
+    failing = refuse_one_batch(monkeypatch, FileLog, armed=False)
+    async with queue:
+        await queue.enqueue("k0", "t", {})  # its attempt ends before this returns
+        assert ran == ["k0"]
+        failing[0] = True  # the next batch: k0's success and k1's enqueue
+        with pytest.raises(LogError):
+            await queue.enqueue("k1", "t", {})
+        assert not failing[0]  # the fault did happen
+        for _ in range(500):  # the log backs off, then takes writes again
+            try:
+                await queue.enqueue("k1", "t", {})
+                break
+            except LogError:
+                await asyncio.sleep(0.01)
+        await queue.join(timeout=WAIT)
+    assert ran == ["k0", "k1"]
+    log = tmp_path / "s" / "tasks" / "tasks.log"
+    events = [(r.get(ev.F_EVENT), r.get(ev.F_TASK_ID)) for r in read_records(log)]
+    assert sorted(t for e, t in events if e == ev.SUCCEEDED) == ["k0", "k1"]
+    assert [t for e, t in events if e == ev.ENQUEUED] == ["k0", "k1"]
