@@ -221,6 +221,19 @@ async def _one_at_a_time(engine: Engine, harness: Harness, n: int) -> None:
     await _passes_run()
 
 
+def _record_folds(engine: Engine) -> list[list[str]]:
+    """The events of each fold the engine makes from now on, one list a fold."""
+    folds: list[list[str]] = []
+    real = engine.on_records
+
+    def folding(records: Any) -> None:
+        folds.append([r.get(ev.F_EVENT) for r in records])
+        real(records)
+
+    engine.on_records = folding  # type: ignore[method-assign]
+    return folds
+
+
 def _gated() -> tuple[asyncio.Event, Callable[[Job], Awaitable[None]]]:
     """A handler that returns once the event is set."""
     gate = asyncio.Event()
@@ -482,14 +495,7 @@ async def test_outcomes_that_end_in_one_turn_are_written_as_one_request(
     engine = await harness.engine({"t": gated}, max_workers=4)
     await asyncio.gather(*(engine.enqueue(_enqueue(f"o{i}")) for i in range(8)))
     await settle(engine, lambda: len(engine.runs) == 4)
-    folds: list[list[str]] = []
-    real = engine.on_records
-
-    def folding(records: Any) -> None:
-        folds.append([r.get(ev.F_EVENT) for r in records])
-        real(records)
-
-    engine.on_records = folding  # type: ignore[method-assign]
+    folds = _record_folds(engine)
     before = engine.log.submitted
     gate.set()  # the first four end in one turn; the next four, claimed together, too
     await settle(engine, lambda: not engine.state.tasks)
@@ -506,20 +512,15 @@ async def test_a_success_and_the_next_enqueue_are_written_as_one_durable_request
     in a batch made durable for the enqueue's ack; the new task's claim right behind."""
     engine = await harness.engine({"t": _noop})
     await engine.enqueue(_enqueue("a"))  # its attempt ends before the waiter goes on
-    folds: list[list[str]] = []
+    folds = _record_folds(engine)
     flushes: list[bool] = []
-    real_fold, log = engine.on_records, engine.log
+    log = engine.log
     real_flush = log._flush  # type: ignore[attr-defined]
-
-    def folding(records: Any) -> None:
-        folds.append([r.get(ev.F_EVENT) for r in records])
-        real_fold(records)
 
     async def flushing(durable: bool) -> None:
         flushes.append(durable)
         await real_flush(durable)
 
-    engine.on_records = folding  # type: ignore[method-assign]
     log._flush = flushing  # type: ignore[attr-defined]
     before = log.submitted
     await engine.enqueue(_enqueue("b"))
