@@ -82,9 +82,20 @@ def parse_instant(text: str) -> float:
 
 
 def format_instant(ts: float) -> str:
-    """Epoch seconds -> RFC 3339 in UTC with milliseconds, e.g. ``2024-01-01T00:00:00.000Z``."""
-    span = _since_epoch(ts, what="instant")
-    return f"{_format_second(span.days * 86400 + span.seconds)}{span.microseconds // 1000:03d}Z"
+    """Epoch seconds -> RFC 3339 in UTC with milliseconds, e.g. ``2024-01-01T00:00:00.000Z``.
+
+    Exactly ``timedelta(seconds=ts)``'s instant, truncated to the millisecond, but in
+    integer arithmetic (every enqueue and outcome formats at least one new instant):
+    the whole seconds, plus the fraction rounded half-even to the microsecond, as
+    timedelta rounds it."""
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        raise EventError(f"instant must be epoch seconds, got {_show(ts)}")
+    if not math.isfinite(ts) or not _MIN_TS <= ts <= _MAX_TS:
+        raise EventError(f"instant out of range: {ts!r}")
+    fraction, whole = math.modf(ts)
+    micros = int(whole) * 1_000_000 + round(fraction * 1e6)
+    second, rest = divmod(micros, 1_000_000)
+    return f"{_format_second(second)}{rest // 1000:03d}Z"
 
 
 @functools.lru_cache(maxsize=1024)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -101,6 +101,39 @@ def test_every_year_a_line_may_hold_round_trips(millis: int) -> None:
     only to within one (the text truncates to the millisecond)."""
     ts = millis / 1000
     assert parse_instant(format_instant(ts)) == pytest.approx(ts, abs=2e-3)
+
+
+def _stdlib_instant(ts: float) -> str:
+    """format_instant's reference: the stdlib's datetime of the instant (timedelta
+    rounds a float's seconds half-even to the microsecond), truncated to the
+    millisecond."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=ts)
+    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
+
+
+INSTANTS = st.floats(min_value=FIRST_MS / 1000, max_value=LAST_MS / 1000)
+
+
+@settings(max_examples=examples(2000))
+@given(st.one_of(
+    INSTANTS,
+    st.floats(min_value=1.6e9, max_value=2.2e9),  # this century, where a clock reads
+    st.integers(min_value=0, max_value=4_102_444_800_000).map(lambda ms: ms / 1000),
+    st.integers(min_value=-10**9, max_value=10**9).map(lambda us: 1.7e9 + us / 1e6),
+    st.integers(min_value=FIRST_MS // 1000, max_value=LAST_MS // 1000),
+))  # fmt: skip
+def test_format_instant_is_the_stdlibs_instant(ts: float) -> None:
+    """The integer arithmetic gives the datetime's text for any instant a line may
+    hold: floats near a millisecond or a microsecond's half, far from 1970, ints."""
+    assert format_instant(ts) == _stdlib_instant(ts)
+
+
+@pytest.mark.parametrize("ts", [
+    -0.0005, -1e-7, -0.9999996, 0.0009995, 0.9999995, 1.0000005, 1704067199.9999996,
+    -62135596800.0, 253402300799.0, 253402300798.9995,
+])  # fmt: skip
+def test_format_instant_at_rounding_edges(ts: float) -> None:
+    assert format_instant(ts) == _stdlib_instant(ts)
 
 
 def test_a_small_year_keeps_its_four_digits() -> None:
