@@ -63,30 +63,33 @@ import orjson
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = "import sys; from snerd.daemon import main; sys.exit(main())"
-ECHO = r"""
-import os, sys, orjson
-path = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "echo.log")
-os.makedirs(os.path.dirname(path), exist_ok=True)
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-out = sys.stdout.buffer
-for line in sys.stdin.buffer:
-    msg = orjson.loads(line)
+
+
+def _floor(name: str, body: str) -> str:
+    """A floor daemon's code: its log ``<name>.log`` in the storage dir it is given,
+    and ``body`` run for each line read (``line``, and ``msg`` parsed)."""
+    return (
+        "import os, sys, orjson\n"
+        f'path = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "{name}.log")\n'
+        "os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+        "fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)\n"
+        "out = sys.stdout.buffer\n"
+        "for line in sys.stdin.buffer:\n"
+        "    msg = orjson.loads(line)\n" + body
+    )
+
+
+ECHO = _floor("echo", r"""
     if msg.get("action") != "enqueue":
         continue
     os.write(fd, line if line.endswith(b"\n") else line + b"\n")
     os.fsync(fd)
     out.write(orjson.dumps({"action": "ack", "task_id": msg["task_id"]}) + b"\n")
     out.flush()
-"""
+""")  # fmt: skip
+"""The floor of (1) and (2): read a line, append it, fsync, write an ack."""
 
-RUNNER = r"""
-import os, sys, orjson
-path = os.path.join(sys.argv[1] if len(sys.argv) > 1 else ".", "runner.log")
-os.makedirs(os.path.dirname(path), exist_ok=True)
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-out = sys.stdout.buffer
-for line in sys.stdin.buffer:
-    msg = orjson.loads(line)
+RUNNER = _floor("runner", r"""
     action = msg.get("action")
     line = line if line.endswith(b"\n") else line + b"\n"
     if action == "enqueue":
@@ -101,7 +104,7 @@ for line in sys.stdin.buffer:
         out.flush()
     elif action == "result":
         os.write(fd, line)  # made durable by the next enqueue's fsync
-"""
+""")  # fmt: skip
 """A second floor for (1): the echo daemon that also runs each task, as a queue with no
 state would: the enqueue appended and fsynced, its ack and ``execute`` in one write, the
 result appended without a sync of its own (as ours writes a success). No decision, no
