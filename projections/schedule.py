@@ -88,10 +88,7 @@ def format_instant(ts: float) -> str:
     integer arithmetic (every enqueue and outcome formats at least one new instant):
     the whole seconds, plus the fraction rounded half-even to the microsecond, as
     timedelta rounds it."""
-    if isinstance(ts, bool) or not isinstance(ts, int | float):
-        raise EventError(f"instant must be epoch seconds, got {_show(ts)}")
-    if not math.isfinite(ts) or not _MIN_TS <= ts <= _MAX_TS:
-        raise EventError(f"instant out of range: {ts!r}")
+    _check_instant(ts, what="instant")
     fraction, whole = math.modf(ts)
     micros = int(whole) * 1_000_000 + round(fraction * 1e6)
     second, rest = divmod(micros, 1_000_000)
@@ -105,16 +102,12 @@ def _format_second(whole: int) -> str:
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
 
 
-def _to_datetime(ts: float, *, what: str) -> datetime:
-    return _EPOCH + _since_epoch(ts, what=what)
-
-
-def _since_epoch(ts: float, *, what: str) -> timedelta:
+def _check_instant(ts: float, *, what: str) -> None:
+    """Raise unless ``ts`` is epoch seconds a datetime can hold (years 1 to 9999)."""
     if isinstance(ts, bool) or not isinstance(ts, int | float):
         raise EventError(f"{what} must be epoch seconds, got {_show(ts)}")
     if not math.isfinite(ts) or not _MIN_TS <= ts <= _MAX_TS:
         raise EventError(f"{what} out of range: {ts!r}")
-    return timedelta(seconds=ts)
 
 
 # --------------------------------------------------------------------------- cron
@@ -198,7 +191,7 @@ def next_fire(cron: Cron, after: float) -> float:
     monotone in ``after``. Raises :class:`EventError` when the schedule has no fire
     after ``after`` (e.g. a 7-field expression whose year has passed).
     """
-    _to_datetime(after, what="after")
+    _check_instant(after, what="after")
     if cron.interval is not None:
         return float(after) + cron.interval
     return _cron_next(cron, after)
@@ -213,7 +206,7 @@ def reschedule(cron: Cron, *, scheduled_at: float, now: float) -> float:
     """
     if cron.interval is None:
         return next_fire(cron, max(scheduled_at, now))
-    _to_datetime(now, what="now")
+    _check_instant(now, what="now")
     fire = next_fire(cron, scheduled_at)
     if fire <= now:
         fire = scheduled_at + (math.floor((now - scheduled_at) / cron.interval) + 1) * cron.interval
