@@ -357,26 +357,36 @@ class Engine:
         return await self.enqueue_soon(cmd)
 
     def enqueue_soon(
-        self, cmd: Enqueue, reply: Callable[[asyncio.Future[EnqueueOutcome]], None] | None = None
+        self, cmd: Enqueue, reply: Callable[[asyncio.Future[EnqueueOutcome]], None] | None = None,
+        acked: Callable[[EnqueueOutcome], None] | None = None,
     ) -> asyncio.Future[EnqueueOutcome]:
         """Submit an enqueue now; the future resolves with its outcome once durable.
 
         When the task can run at once here, its claim is decided in the same batch (one
-        lock hold, one write, one fsync), right after the enqueue's records were folded.
-        No coroutine, no task: the daemon answers each line from a callback. Once
-        submitted, the enqueue is written whether or not anyone still waits for the
-        future. ``reply`` (if given) is called with the resolved future first thing,
-        then the attempt starts in the same callback (one loop iteration for the ack and
-        the ``execute``, the ack first). Without one (the embedded queue), the attempt
-        starts first: an in-process handler that ends at once then submits its outcome
-        before the waiter's next enqueue, and both go in one batch.
+        lock hold), right after the enqueue's records were folded. No coroutine, no
+        task: the daemon answers each line from a callback. Once submitted, the enqueue
+        is written whether or not anyone still waits for the future. ``reply`` (if
+        given) is called with the resolved future first thing, then the attempt starts
+        in the same callback (one loop iteration for the ack and the ``execute``, the
+        ack first). Without one (the embedded queue), the attempt starts first: an
+        in-process handler that ends at once then submits its outcome before the
+        waiter's next enqueue, and both go in one batch.
+
+        ``acked`` (the daemon's) answers earlier: the log calls it with the outcome from
+        its writer the moment the enqueue is durable (``on_durable``), before the claim
+        behind it is decided, which the log writes after it (``SPLIT_FLUSH``); ``reply``
+        is then not called for this enqueue. A producer awaiting each ack gets it a
+        claim's work sooner, and the ``execute`` follows in a write of its own.
 
         An enqueue joins the enqueues and successes submitted right before it, if
         nothing else was submitted since and they have not run yet: a burst, or the last
         attempt's success and the next enqueue, are decided as one run
         (:func:`~snerd.projections.decide.decide_run`) and folded once, not once each."""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
-        self._joined(cmd, functools.partial(_member, enqueued), durable=True)
+        early = None if acked is None else _Early(acked)
+        self._joined(cmd, functools.partial(_member, enqueued), durable=True, on_durable=early)
+        if reply is not None and early is not None:
+            reply = early.unless_answered(reply)
         if not self._may_claim() or not self._may_run_at_once(cmd):
             if reply is not None:
                 enqueued.add_done_callback(reply)
@@ -412,17 +422,20 @@ class Engine:
 
     def _joined(
         self, cmd: Member, reply: Callable[[asyncio.Future[list[Any]], int], None], *,
-        durable: bool,
+        durable: bool, on_durable: Callable[[Any], None] | None = None,
     ) -> None:  # fmt: skip
         """Queue ``cmd`` in the current run if it may take more members (not decided
         yet, nothing submitted since, and durable if ``cmd`` must be), else in a new
         run: one request, decided under the lock as a whole by
         :func:`~snerd.projections.decide.decide_run`; ``reply`` hears the request's
-        outcome and the member's index in it."""
+        outcome and the member's index in it, ``on_durable`` (a durable member's) its
+        own outcome as soon as the run is durable (the log's ``on_durable``)."""
         run = self._run
         if (
             run is None or not run.open or run.submitted != self.log.submitted
             or (durable and not run.durable and not self.log.make_durable(run.request))
+            or (on_durable is not None and not run.early
+                and not self.log.make_durable(run.request, run.answer_durable))
         ):  # fmt: skip
             new = run = self._run = _Run()
 
@@ -434,12 +447,15 @@ class Engine:
                     return decisions[0].records, [decisions[0].outcome]
                 return [r for d in decisions for r in d.records], [d.outcome for d in decisions]
 
-            new.request = self.log.submit(decided, durable=durable)
+            early = None if on_durable is None else new.answer_durable  # (only if waited for)
+            new.request = self.log.submit(decided, durable=durable, on_durable=early)
             new.request.add_done_callback(new.settle)
             new.submitted = self.log.submitted
         run.durable = run.durable or durable
         run.commands.append(cmd)
         run.replies.append(reply)
+        if on_durable is not None:
+            run.early.append((len(run.commands) - 1, on_durable))
 
     def _claim_behind(self) -> tuple[asyncio.Future[Claimed], Claimed]:
         """Submit the claims the plan makes for this engine's free slots, right behind
@@ -713,11 +729,12 @@ class _Run:
     a claim behind the first): one request, decided as a whole; each member hears its
     own outcome (its index in the request's list) from ``replies``."""
 
-    __slots__ = ("commands", "durable", "replies", "request", "started", "submitted")
+    __slots__ = ("commands", "durable", "early", "replies", "request", "started", "submitted")
 
     def __init__(self) -> None:
         self.commands: list[Member] = []
         self.replies: list[Callable[[asyncio.Future[list[Any]], int], None]] = []
+        self.early: list[tuple[int, Callable[[Any], None]]] = []  # (member, on_durable)
         self.request: asyncio.Future[list[Any]] | None = None
         self.durable = False  # an enqueue is in it: its batch is made durable
         self.started = False  # decided (under the lock): it takes no more members
@@ -733,6 +750,38 @@ class _Run:
         """Each member hears the request's outcome, in order."""
         for i, reply in enumerate(self.replies):
             reply(written, i)
+
+    def answer_durable(self, outcomes: list[Any]) -> None:
+        """The run is durable (the log's ``on_durable``): the members that answer early
+        hear their own outcomes, in order."""
+        for i, on_durable in self.early:
+            on_durable(outcomes[i])
+
+
+class _Early:
+    """An enqueue answered the moment it is durable (:meth:`Engine.enqueue_soon`'s
+    ``acked``), and then not again by its future's ``reply``."""
+
+    __slots__ = ("acked", "answered")
+
+    def __init__(self, acked: Callable[[EnqueueOutcome], None]) -> None:
+        self.acked = acked
+        self.answered = False
+
+    def __call__(self, outcome: EnqueueOutcome) -> None:
+        self.answered = True
+        self.acked(outcome)
+
+    def unless_answered(
+        self, reply: Callable[[asyncio.Future[EnqueueOutcome]], None]
+    ) -> Callable[[asyncio.Future[EnqueueOutcome]], None]:
+        """``reply``, skipped once :meth:`__call__` answered."""
+
+        def late(future: asyncio.Future[EnqueueOutcome]) -> None:
+            if not self.answered:
+                reply(future)
+
+        return late
 
 
 def _member(future: asyncio.Future[Any], written: asyncio.Future[list[Any]], i: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -99,17 +100,31 @@ class EventLog(abc.ABC):
         and the exception propagates to this caller only.
         """
 
-    def submit(self, command: Command[T], *, durable: bool = True) -> asyncio.Future[T]:
+    def submit(
+        self, command: Command[T], *, durable: bool = True,
+        on_durable: Callable[[T], None] | None = None,
+    ) -> asyncio.Future[T]:  # fmt: skip
         """:meth:`transact`, queued now: commands submitted in one turn of the event loop
         run in submission order in one batch (one lock hold, one write, one fsync), each
-        seeing the records of those before it already delivered to the listener."""
+        seeing the records of those before it already delivered to the listener.
+        ``on_durable`` (for a durable request) is called with the command's result once
+        its records are durable, before anyone awaiting the future hears of it; a
+        backend may call it earlier than the future resolves, from its writer (this
+        default calls it first thing when the transaction is done)."""
         self.submitted += 1
-        return asyncio.ensure_future(self.transact(command, durable=durable))
+        future = asyncio.ensure_future(self.transact(command, durable=durable))
+        if on_durable is not None and durable:
+            future.add_done_callback(functools.partial(_call_on_durable, on_durable))
+        return future
 
-    def make_durable(self, request: asyncio.Future[Any] | None) -> bool:
+    def make_durable(
+        self, request: asyncio.Future[Any] | None,
+        on_durable: Callable[[Any], None] | None = None,
+    ) -> bool:  # fmt: skip
         """Make a request :meth:`submit` queued without durability durable (its batch
-        is synced), if it has not begun yet; False when it cannot (this default: never),
-        and the caller submits what needs durability on its own."""
+        is synced), with ``on_durable`` if given (as :meth:`submit` takes it), if it has
+        not begun yet; False when it cannot (this default: never), and the caller
+        submits what needs it on its own."""
         return False
 
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
@@ -171,3 +186,8 @@ class EventLog(abc.ABC):
 def snapshot_list(snapshot: Snapshot) -> list[Record]:
     """The records of a :data:`Snapshot` (calling it, when it is a function)."""
     return list(snapshot() if callable(snapshot) else snapshot)
+
+
+def _call_on_durable(on_durable: Callable[[Any], None], future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        on_durable(future.result())

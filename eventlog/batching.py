@@ -82,10 +82,18 @@ class _Request:
     records: Sequence[Record]
     durable: bool
     future: asyncio.Future[Any]
+    on_durable: Callable[[Any], None] | None = None  # see :meth:`BatchingLog.submit`
 
 
 class BatchingLog(EventLog):
     """Base of the concrete logs: delivery, counters, fail-stop, group commit."""
+
+    SPLIT_FLUSH = False
+    """Whether :meth:`_flush` may run twice under one :meth:`_exclusive` hold: a batch
+    then makes its durable requests that wait to be answered durable, and answers them,
+    before it runs the requests behind them (:meth:`submit`'s ``on_durable``). A backend
+    whose flush ends its transaction (:class:`PostgresLog`) leaves it False: it answers
+    them when the whole batch is durable."""
 
     def __init__(self, *, chain_key: bytes | None = None) -> None:
         self.chain = Chain(key_from_env() if chain_key is None else chain_key)
@@ -462,15 +470,30 @@ class BatchingLog(EventLog):
     async def transact(self, command: Command[T], *, durable: bool = True) -> T:
         return cast(T, await self._submit(command, (), durable))
 
-    def submit(self, command: Command[T], *, durable: bool = True) -> asyncio.Future[T]:
-        return cast("asyncio.Future[T]", self._submit(command, (), durable))
+    def submit(
+        self, command: Command[T], *, durable: bool = True,
+        on_durable: Callable[[T], None] | None = None,
+    ) -> asyncio.Future[T]:  # fmt: skip
+        """:meth:`EventLog.submit`. ``on_durable`` (a durable request's) is called with the
+        command's result as soon as its records are durable, from the writer itself,
+        before the future resolves and, where the backend can (:attr:`SPLIT_FLUSH`),
+        before the non-durable requests queued behind it are even run: a caller that
+        answers someone there (the daemon's ack) answers at the earliest, and the work
+        behind it (the claim of the task just enqueued) follows. It must not raise
+        (what it raises is logged) nor await."""
+        return cast("asyncio.Future[T]", self._submit(command, (), durable, on_durable))
 
-    def make_durable(self, request: asyncio.Future[Any] | None) -> bool:
+    def make_durable(
+        self, request: asyncio.Future[Any] | None,
+        on_durable: Callable[[Any], None] | None = None,
+    ) -> bool:  # fmt: skip
         """:meth:`EventLog.make_durable`: a request still in the queue (the writer has
-        not taken it into a batch) becomes durable."""
+        not taken it into a batch) becomes durable (with ``on_durable``, if given)."""
         for req in reversed(self._queue):  # (the caller's is the last, as a rule)
             if req.future is request:
                 req.durable = True
+                if on_durable is not None:
+                    req.on_durable = on_durable
                 return True
         return False
 
@@ -479,14 +502,15 @@ class BatchingLog(EventLog):
         await self._submit(None, records, durable)
 
     def _submit(
-        self, command: Command[Any] | None, records: Sequence[Record], durable: bool
-    ) -> asyncio.Future[Any]:
+        self, command: Command[Any] | None, records: Sequence[Record], durable: bool,
+        on_durable: Callable[[Any], None] | None = None,
+    ) -> asyncio.Future[Any]:  # fmt: skip
         """Queue a request for the writer; the future resolves when it is written."""
         if self._closing or self._failure is not None or self._listener is None:
             self._check_usable()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._queue.append(_Request(command, records, durable, future))
+        self._queue.append(_Request(command, records, durable, future, on_durable))
         self.submitted += 1
         if self._writer is None:
             self._writer = loop.create_task(self._drain())
@@ -540,26 +564,38 @@ class BatchingLog(EventLog):
 
         A batch is made durable (fsync) when any request in it asks for durability and
         something written since the last sync is not durable yet: its own lines, or
-        earlier lines written without a sync (which this sync makes durable too)."""
+        earlier lines written without a sync (which this sync makes durable too).
+
+        When durable requests that wait to be answered (``on_durable``) are followed by
+        requests that need no durability, the backend permitting (:attr:`SPLIT_FLUSH`),
+        the lines so far are written and synced and those requests answered first; the
+        rest is run and written after, in the same lock hold, and made durable by the
+        next sync like any line written without one."""
         if all(req.command is None and not req.records for req in batch):
             await self._run_syncs(batch)
             return False
         done: list[tuple[_Request, Any]] = []
-        durable = staged = False
+        durable = staged = wrote = waiting = False
         self._batch_size = len(batch)
         async with self._exclusive():
             for unit in _units(batch):
+                if waiting and self.SPLIT_FLUSH and not any(req.durable for req in unit):
+                    await self._flush(True)
+                    self.commits += 1
+                    self._synced(True)
+                    _answer(done)
+                    done.clear()
+                    wrote, staged, durable, waiting = True, False, False, False
                 s, d = self._run_appends(unit, done)
                 staged, durable = staged or s, durable or d
+                waiting = waiting or (d and any(req.on_durable for req in unit))
             durable = durable and (staged or self._unsynced)
             if staged or durable:
                 await self._flush(durable)
                 self.commits += 1
                 self._synced(durable)
-        for req, result in done:
-            if not req.future.done():
-                req.future.set_result(result)
-        return staged
+        _answer(done)
+        return staged or wrote
 
     def _run_one(self, req: _Request, done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:
         """Run one request under the lock: decide, stamp, deliver and stage its records;
@@ -684,6 +720,20 @@ def _decide(req: _Request) -> tuple[Sequence[Record], Any] | None:
     except Exception as exc:
         req.future.set_exception(exc)
         return None
+
+
+def _answer(done: list[tuple[_Request, Any]]) -> None:
+    """Resolve the requests of a flush: a durable one's ``on_durable`` first (a
+    request a command refused, or whose caller gave up, is skipped)."""
+    for req, result in done:
+        if req.future.done():
+            continue
+        if req.on_durable is not None and req.durable:
+            try:
+                req.on_durable(result)
+            except Exception:
+                log.exception("a durable request's on_durable failed")
+        req.future.set_result(result)
 
 
 def _units(batch: list[_Request]) -> Iterator[list[_Request]]:

@@ -85,6 +85,8 @@ class FileLog(BatchingLog):
     follower (then only :meth:`catch_up` and :meth:`transact` read others' appends).
     """
 
+    SPLIT_FLUSH = True  # a batch's second write and its own fsync need no new lock hold
+
     def __init__(
         self,
         storage: str | os.PathLike[str],

@@ -49,6 +49,8 @@ class MemoryStore:
 class MemoryLog(BatchingLog):
     """An :class:`EventLog` over a :class:`MemoryStore`; one instance per "process"."""
 
+    SPLIT_FLUSH = True  # its flushes are list appends
+
     def __init__(
         self, store: MemoryStore, *, follow: bool = True, chain_key: bytes | None = None
     ) -> None:

@@ -36,8 +36,9 @@ async def answer(command: p.Command, engine: Engine, out: Output) -> None:
 
 
 def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
-    """:func:`answer` for the hot path: the ack is written from the enqueue's own
-    future, with no task of its own."""
+    """:func:`answer` for the hot path, with no task of its own: the ack is written by
+    the log's writer the moment the enqueue is durable (``acked``), or, if the enqueue
+    fails, from its future."""
 
     def reply(future: asyncio.Future[EnqueueOutcome]) -> None:
         if future.cancelled():  # the daemon is shutting down: nobody to answer
@@ -47,7 +48,11 @@ def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
         except Exception as exc:
             out.write(_failed(command, exc))
 
-    engine.enqueue_soon(command, reply)
+    def acked(outcome: EnqueueOutcome) -> None:  # durable: answered before its claim runs
+        out.write(_enqueue_reply(command, outcome))
+        out.flush()
+
+    engine.enqueue_soon(command, reply, acked)
 
 
 def answer_result(command: p.Result, engine: Engine, out: Output) -> None:

@@ -60,6 +60,11 @@ class Output:
         while view:
             view = view[os.write(self._fd, view) :]
 
+    def flush(self) -> None:
+        """Send the lines written so far now, not at the end of the loop's turn (an ack
+        written from the log's writer, which goes on with the batch)."""
+        self._send()
+
     def _send(self) -> None:
         lines, self._pending = self._pending, []
         if lines and self._transport is not None and not self._transport.is_closing():

@@ -13,6 +13,7 @@ from enginekit import Harness, settle
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Job
 from snerd.projections import events as ev
+from snerd.projections.task import READY
 from snerd.rpc.protocol import Enqueue
 
 
@@ -273,6 +274,58 @@ async def test_a_producer_awaiting_each_enqueue_costs_one_batch_per_task(
     # outcome's own (before the change: 40, an enqueue's and an outcome's a task)
     assert engine.log.commits - commits == 21  # type: ignore[attr-defined]
     assert [task_id for _, task_id, _ in harness.calls] == [f"p{i}" for i in range(20)]
+
+
+async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harness) -> None:
+    """enqueue_soon's ``acked`` (the daemon's ack): called once, the moment the enqueue is
+    durable, while the task is still unclaimed (its claim is decided after, in the same
+    lock hold); the future's ``reply`` is then not called; the task still runs here."""
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    heard: list[tuple[str, Any, str, bool]] = []
+    commits = engine.log.commits  # type: ignore[attr-defined]
+
+    def acked(outcome: Any) -> None:
+        task = engine.state.tasks.get("early")
+        heard.append(("acked", outcome, task.phase if task else "-", task.claim is None))
+
+    def reply(future: asyncio.Future[Any]) -> None:
+        heard.append(("reply", future.result(), "", False))
+
+    done = engine.enqueue_soon(_enqueue("early"), reply, acked)
+    await done
+    await settle(engine, lambda: len(harness.calls) == 1 and not engine.runs)
+    assert heard == [("acked", None, READY, True)]  # acked, then claimed, then run
+    assert [task_id for _, task_id, _ in harness.calls] == ["early"]
+    # the enqueue's sync, the claim's write, and the outcome's own batch
+    assert engine.log.commits - commits == 3  # type: ignore[attr-defined]
+
+
+async def test_an_enqueue_that_fails_is_answered_by_its_reply(harness: Harness) -> None:
+    """An enqueue the log refuses is never durable: ``acked`` is not called, ``reply``
+    hears the error."""
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    heard: list[str] = []
+
+    def refuse() -> None:
+        raise RuntimeError("no room")
+
+    real = engine.log.submit  # every command submitted raises inside its batch
+
+    def failing(command: Any, **kwargs: Any) -> Any:
+        return real(lambda: refuse(), **kwargs)  # type: ignore[arg-type, return-value]
+
+    engine.log.submit = failing  # type: ignore[method-assign]
+    try:
+        future = engine.enqueue_soon(_enqueue("refused"), lambda f: heard.append(
+            f"reply {type(f.exception()).__name__}"), lambda _: heard.append("acked"))
+        with pytest.raises(RuntimeError, match="no room"):
+            await future
+    finally:
+        engine.log.submit = real  # type: ignore[method-assign]
+    await asyncio.sleep(0)
+    assert heard == ["reply RuntimeError"]
 
 
 async def test_an_enqueue_claimed_in_its_own_batch_wakes_no_dispatcher(

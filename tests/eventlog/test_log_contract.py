@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 import pytest
-from logkit import Backend, OpenLog, Recorder
+from logkit import Backend, OpenLog, PostgresBackend, Recorder
 
 from snerd.errors import LogClosedError, LogError
 from snerd.eventlog.base import EventLog, Record
@@ -279,6 +279,127 @@ async def test_a_queued_request_made_durable_is_synced(open_log: OpenLog) -> Non
         assert not a.make_durable(taken)
     await taken
     assert flushes == [False, True, False]
+
+
+def _flushes(log: EventLog) -> list[bool]:
+    """The ``durable`` flag of each flush ``log`` makes from now on."""
+    flushes: list[bool] = []
+    real_flush = log._flush  # type: ignore[attr-defined]
+
+    async def flushing(durable: bool) -> None:
+        flushes.append(durable)
+        await real_flush(durable)
+
+    log._flush = flushing  # type: ignore[attr-defined]
+    return flushes
+
+
+async def test_a_durable_request_is_answered_before_the_requests_behind_it(
+    open_log: OpenLog, backend: Backend
+) -> None:
+    """on_durable: a durable request's hook hears its result once its lines are synced,
+    before the non-durable request queued behind it in the same batch is even run (the
+    daemon's ack before the claim it decides next), and before its own future resolves;
+    the rest of the batch is written after, without a sync of its own."""
+    log, rec = await open_log(fsync=True)
+    flushes = _flushes(log)
+    order: list[Any] = []
+
+    def enqueue() -> tuple[list[Record], str]:
+        order.append("enqueue decided")
+        return recs("e"), "acked"
+
+    def claim() -> tuple[list[Record], None]:
+        order.append("claim decided")
+        return recs("c"), None
+
+    def durable(result: str) -> None:
+        order.append((result, list(flushes), [r["k"] for r in rec.records]))
+
+    first = log.submit(enqueue, on_durable=durable)
+    first.add_done_callback(lambda _: order.append("enqueue resolved"))
+    second = log.submit(claim, durable=False)
+    assert await first == "acked"
+    await second
+    split = not isinstance(backend, PostgresBackend)  # a file's writes, a list's appends
+    assert log.SPLIT_FLUSH is split  # type: ignore[attr-defined]
+    if split:
+        assert order == [
+            "enqueue decided",
+            ("acked", [True], ["e"]),  # synced; the claim behind it not decided yet
+            "claim decided",
+            "enqueue resolved",
+        ]
+        assert flushes == [True, False]
+    else:  # PostgreSQL: its flush commits, so the whole batch first
+        assert order == [
+            "enqueue decided", "claim decided", ("acked", [True], ["e", "c"]),
+            "enqueue resolved",
+        ]  # fmt: skip
+        assert flushes == [True]
+    _, fresh = await open_log()
+    assert [r["k"] for r in fresh.records] == ["e", "c"]
+
+
+async def test_without_a_waiting_request_a_batch_is_one_flush(open_log: OpenLog) -> None:
+    """Nobody waits to be answered early: a durable request and the one behind it share
+    one write and one sync, as ever (the embedded queue's enqueue and its claim)."""
+    log, _ = await open_log(fsync=True)
+    flushes = _flushes(log)
+    first = log.submit(lambda: (recs("e"), None))
+    second = log.submit(lambda: (recs("c"), None), durable=False)
+    await asyncio.gather(first, second)
+    assert flushes == [True]
+
+
+async def test_a_backend_that_cannot_split_its_flush_answers_at_the_batchs_end(
+    open_log: OpenLog,
+) -> None:
+    """SPLIT_FLUSH False (a flush that ends a transaction): the hook still hears the
+    result before the future resolves, once the whole batch is durable."""
+    log, _ = await open_log(fsync=True)
+    log.SPLIT_FLUSH = False  # type: ignore[attr-defined]
+    flushes = _flushes(log)
+    order: list[str] = []
+    first = log.submit(lambda: (recs("e"), 1), on_durable=lambda _: order.append("acked"))
+    second = log.submit(lambda: (order.append("claim decided") or recs("c"), None),
+                        durable=False)  # fmt: skip
+    await asyncio.gather(first, second)
+    assert order == ["claim decided", "acked"]
+    assert flushes == [True]
+
+
+async def test_a_hook_that_raises_is_logged_and_its_request_still_succeeds(
+    open_log: OpenLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    log, rec = await open_log(fsync=True)
+
+    def broken(_: object) -> None:
+        raise RuntimeError("the hook's bug")
+
+    first = log.submit(lambda: (recs("e"), "ok"), on_durable=broken)
+    second = log.submit(lambda: (recs("c"), None), durable=False)
+    assert await first == "ok"
+    await second
+    assert [r["k"] for r in rec.records] == ["e", "c"]
+    assert "on_durable failed" in caplog.text and "the hook's bug" in caplog.text
+
+
+async def test_a_queued_request_made_durable_takes_a_hook(
+    open_log: OpenLog, backend: Backend
+) -> None:
+    """make_durable(request, on_durable): the request, still queued, is synced with its
+    batch and its hook answered before what is queued behind it runs."""
+    log, _ = await open_log(fsync=True)
+    flushes = _flushes(log)
+    heard: list[Any] = []
+    queued = log.submit(lambda: (recs("x"), "x"), durable=False)
+    assert log.make_durable(queued, heard.append)
+    behind = log.submit(lambda: (heard.append("behind") or recs("y"), None), durable=False)
+    await asyncio.gather(queued, behind)
+    split = not isinstance(backend, PostgresBackend)
+    assert heard == (["x", "behind"] if split else ["behind", "x"])
+    assert flushes == ([True, False] if split else [True])
 
 
 async def test_a_sync_waits_for_no_other_writer(open_log: OpenLog) -> None:
