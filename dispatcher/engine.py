@@ -769,8 +769,8 @@ class _Early:
         self.answered = False
 
     def __call__(self, outcome: EnqueueOutcome) -> None:
-        self.answered = True
         self.acked(outcome)
+        self.answered = True  # (if it raised, ``reply`` answers: the log logged it)
 
     def unless_answered(
         self, reply: Callable[[asyncio.Future[EnqueueOutcome]], None]

@@ -301,6 +301,20 @@ async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harn
     assert engine.log.commits - commits == 3  # type: ignore[attr-defined]
 
 
+async def test_an_early_answer_that_raises_leaves_it_to_the_reply(harness: Harness) -> None:
+    """If ``acked`` raises (a bug), the enqueue is still answered, by its ``reply``."""
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    heard: list[str] = []
+
+    def acked(_: object) -> None:
+        raise RuntimeError("the ack's bug")
+
+    await engine.enqueue_soon(_enqueue("e"), lambda f: heard.append(f"reply {f.result()}"), acked)
+    await settle(engine, lambda: len(harness.calls) == 1 and not engine.runs)
+    assert heard == ["reply None"]
+
+
 async def test_an_enqueue_that_fails_is_answered_by_its_reply(harness: Harness) -> None:
     """An enqueue the log refuses is never durable: ``acked`` is not called, ``reply``
     hears the error."""
