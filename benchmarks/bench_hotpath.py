@@ -129,8 +129,12 @@ def _cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def sdk_run(binary: Path, storage: Path, n: int, handler: bool) -> tuple[float, float]:
-    """(awaited enqueues/s, daemon CPU seconds) through the official SDK."""
+async def sdk_run(
+    binary: Path, storage: Path, n: int, handler: bool,
+    during: contextlib.AbstractContextManager[Any] | None = None,
+) -> tuple[float, float]:  # fmt: skip
+    """(awaited enqueues/s, daemon CPU seconds) through the official SDK; ``during`` (if
+    given) is entered around the timed enqueues and the wait for their tasks."""
     from snerdmq import SnerdQueue
 
     queue = SnerdQueue(binary_path=str(binary), storage_path=str(storage))
@@ -150,13 +154,14 @@ async def sdk_run(binary: Path, storage: Path, n: int, handler: bool) -> tuple[f
         assert queue.process is not None
         pid = _daemon_pid(queue.process.pid)
         await queue.enqueue("warm", "warm", {})
-        cpu0, start = _cpu_seconds(pid), time.perf_counter()
-        for i in range(n):
-            await queue.enqueue(f"t{i}", "bench", {"n": i})
-        rate = n / (time.perf_counter() - start)
-        if handler:
-            await asyncio.wait_for(done.wait(), 600)
-        cpu = _cpu_seconds(pid) - cpu0
+        with during or contextlib.nullcontext():
+            cpu0, start = _cpu_seconds(pid), time.perf_counter()
+            for i in range(n):
+                await queue.enqueue(f"t{i}", "bench", {"n": i})
+            rate = n / (time.perf_counter() - start)
+            if handler:
+                await asyncio.wait_for(done.wait(), 600)
+            cpu = _cpu_seconds(pid) - cpu0
         await queue.shutdown()
     return rate, cpu
 

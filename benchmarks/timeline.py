@@ -31,14 +31,13 @@ import argparse
 import ast
 import asyncio
 import contextlib
-import io
 import itertools
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -165,38 +164,26 @@ def cycles(daemon: list[Call], sdk: list[Call]) -> list[Cycle]:
     return out
 
 
-async def run(tmp: Path, n: int) -> tuple[list[Call], list[Call]]:
-    """Our daemon, probed, under the SDK: its calls and the SDK's (during the tasks)."""
-    from snerdmq import SnerdQueue
+@contextlib.contextmanager
+def probed(calls: list[Call]) -> Iterator[None]:
+    """:func:`probe_os` for the duration of the block."""
+    undo = probe_os(calls)
+    try:
+        yield
+    finally:
+        undo()
 
-    from benchmarks.bench_hotpath import _shim
+
+def run(tmp: Path, n: int) -> tuple[list[Call], list[Call]]:
+    """Our daemon, probed, under the SDK (``bench_hotpath``'s run of (1)): its calls and
+    the SDK's (during the tasks)."""
+    from benchmarks.bench_hotpath import _shim, sdk_run
 
     os.environ[ENV] = str(tmp / "daemon-calls.txt")
     os.environ["PYTHONPATH"] = str(REPO)
-    queue = SnerdQueue(binary_path=str(_shim(tmp, "probed", DAEMON)),
-                       storage_path=str(tmp / "storage"))  # fmt: skip
-    done = asyncio.Event()
-    seen = 0
-
-    async def work(data: Any) -> None:
-        nonlocal seen
-        seen += 1
-        if seen == n:
-            done.set()
-
-    queue.register_handler("bench", work)
     sdk: list[Call] = []
-    with contextlib.redirect_stdout(io.StringIO()):  # the SDK prints every line it reads
-        await queue.start_listening()
-        await queue.enqueue("warm", "warm", {})
-        undo = probe_os(sdk)
-        try:
-            for i in range(n):
-                await queue.enqueue(f"t{i}", "bench", {"n": i})
-            await asyncio.wait_for(done.wait(), 600)
-        finally:
-            undo()
-        await queue.shutdown()
+    binary = _shim(tmp, "probed", DAEMON)
+    asyncio.run(sdk_run(binary, tmp / "storage", n, True, during=probed(sdk)))
     daemon = [Call(*c) for c in ast.literal_eval((tmp / "daemon-calls.txt").read_text())]
     return daemon, sdk
 
@@ -230,7 +217,7 @@ def main() -> None:
     parser.add_argument("--dir", default=str(REPO.parent))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="snerd-timeline-") as raw:
-        daemon, sdk = asyncio.run(run(Path(raw), args.tasks))
+        daemon, sdk = run(Path(raw), args.tasks)
     found = cycles(daemon, sdk)
     if not found:
         sys.exit("timeline: no task cycle in the usual shape (one enqueue read, one fsync)")

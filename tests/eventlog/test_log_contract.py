@@ -254,19 +254,25 @@ async def test_non_durable_appends(open_log: OpenLog) -> None:
     assert {r["k"] for r in fresh.records} == {"a", "b"}
 
 
-async def test_a_queued_request_made_durable_is_synced(open_log: OpenLog) -> None:
-    """make_durable: a request submitted without durability and still queued is synced
-    with its batch; once the writer has taken its batch, it says it cannot."""
-    a, _ = await open_log(fsync=True)
-    b, _ = await open_log(fsync=True)
+def _flushes(log: EventLog) -> list[bool]:
+    """The ``durable`` flag of each flush ``log`` makes from now on."""
     flushes: list[bool] = []
-    real_flush = a._flush  # type: ignore[attr-defined]
+    real_flush = log._flush  # type: ignore[attr-defined]
 
     async def flushing(durable: bool) -> None:
         flushes.append(durable)
         await real_flush(durable)
 
-    a._flush = flushing  # type: ignore[attr-defined]
+    log._flush = flushing  # type: ignore[attr-defined]
+    return flushes
+
+
+async def test_a_queued_request_made_durable_is_synced(open_log: OpenLog) -> None:
+    """make_durable: a request submitted without durability and still queued is synced
+    with its batch; once the writer has taken its batch, it says it cannot."""
+    a, _ = await open_log(fsync=True)
+    b, _ = await open_log(fsync=True)
+    flushes = _flushes(a)
     await a.submit(lambda: (recs("plain"), None), durable=False)
     queued = a.submit(lambda: (recs("x"), None), durable=False)
     assert a.make_durable(queued)
@@ -279,19 +285,6 @@ async def test_a_queued_request_made_durable_is_synced(open_log: OpenLog) -> Non
         assert not a.make_durable(taken)
     await taken
     assert flushes == [False, True, False]
-
-
-def _flushes(log: EventLog) -> list[bool]:
-    """The ``durable`` flag of each flush ``log`` makes from now on."""
-    flushes: list[bool] = []
-    real_flush = log._flush  # type: ignore[attr-defined]
-
-    async def flushing(durable: bool) -> None:
-        flushes.append(durable)
-        await real_flush(durable)
-
-    log._flush = flushing  # type: ignore[attr-defined]
-    return flushes
 
 
 async def test_a_durable_request_is_answered_before_the_requests_behind_it(
