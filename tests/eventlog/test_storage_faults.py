@@ -226,3 +226,33 @@ async def test_the_follower_retries_a_failed_replay_when_due_without_a_request(
     clock.now += 31.0  # past give_up_seconds: the follower's next retry gives up
     reason = await asyncio.wait_for(fatal, timeout=30.0)
     assert "storage failed for good" in str(reason) and "No such file" in str(reason)
+
+
+async def test_a_split_batch_whose_second_write_fails_keeps_its_answered_part(
+    opened, monkeypatch, tmp_path
+):
+    """A batch split after a durable request that is answered early (``on_durable``,
+    the daemon's ack): when the write of what follows fails, only that part is cut
+    away and refused; the first part stays written, synced and answered."""
+    log, rec, clock = await opened()
+    disk = Disk(monkeypatch)
+    await log.append(put("a"))
+    heard: list[str] = []
+
+    def behind() -> tuple[list[dict[str, Any]], None]:  # run once "b" is synced
+        disk.full = True
+        return put("c"), None
+
+    first = log.submit(lambda: (put("b"), "b"), on_durable=heard.append)
+    second = log.submit(behind, durable=False)
+    assert await first == "b"
+    with pytest.raises(StorageUnavailable, match="No space left"):
+        await second
+    assert heard == ["b"]
+    assert (tmp_path / "s" / "tasks" / "tasks.log").read_bytes().count(b"\n") == 2
+    assert rec.resets == 1 and sorted(rec.state) == ["a", "b"]  # replayed: c never was
+    disk.full = False
+    clock.now += batching.BACKOFF_MIN + 1e-6
+    await log.append(put("d"))
+    assert sorted(rec.state) == ["a", "b", "d"]
+    assert FileBackend(tmp_path / "s").chain_breaks() == []
