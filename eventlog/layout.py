@@ -121,10 +121,11 @@ def to_prune(
     now_ms: int,
 ) -> int:  # fmt: skip
     """How many of ``archives`` ((compaction ms, size), oldest first) to delete: those
-    older than ``max_age_ms``, then the oldest until the rest fit in ``max_bytes``."""
+    at least ``max_age_ms`` old (so 0 deletes them all, one made this millisecond too),
+    then the oldest until the rest fit in ``max_bytes``."""
     n = 0
     if max_age_ms is not None:
-        while n < len(archives) and archives[n][0] < now_ms - max_age_ms:
+        while n < len(archives) and archives[n][0] <= now_ms - max_age_ms:
             n += 1
     if max_bytes is not None:
         total = sum(size for _, size in archives[n:])

@@ -67,6 +67,10 @@ def test_retention_picks_the_oldest_archives() -> None:
     assert to_prune(archives, max_age_ms=None, max_bytes=250, now_ms=9_000) == 1
     assert to_prune(archives, max_age_ms=None, max_bytes=100, now_ms=9_000) == 2
     assert to_prune(archives, max_age_ms=0, max_bytes=None, now_ms=9_000) == 3
+    # the boundary: an archive exactly max_age old goes, so 0 takes one made this very
+    # millisecond (``snerdmq compact`` with SNERD_ARCHIVE_MAX_AGE_DAYS=0 right after it)
+    assert to_prune(archives, max_age_ms=0, max_bytes=None, now_ms=3_000) == 3
+    assert to_prune(archives, max_age_ms=1_000, max_bytes=None, now_ms=3_000) == 2
 
 
 def test_the_daemons_read_the_retention_from_the_environment() -> None:
