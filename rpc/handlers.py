@@ -49,8 +49,7 @@ def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
             out.write(_failed(command, exc))
 
     def acked(outcome: EnqueueOutcome) -> None:  # durable: answered before its claim runs
-        out.write(_enqueue_reply(command, outcome))
-        out.flush()
+        out.write_now(_enqueue_reply(command, outcome))
 
     engine.enqueue_soon(command, reply, acked)
 

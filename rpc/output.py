@@ -60,10 +60,18 @@ class Output:
         while view:
             view = view[os.write(self._fd, view) :]
 
-    def flush(self) -> None:
-        """Send the lines written so far now, not at the end of the loop's turn (an ack
-        written from the log's writer, which goes on with the batch)."""
-        self._send()
+    def write_now(self, line: bytes) -> None:
+        """Write ``line`` at once (after the lines written before it), not at the end of
+        the loop's turn: an ack written from the log's writer, which goes on with the
+        batch before the loop turns."""
+        if self._transport is None:
+            self.write(line)
+            return
+        if self._pending:
+            self._pending.append(line)
+            self._send()
+        elif not self._transport.is_closing():
+            self._transport.write(line)
 
     def _send(self) -> None:
         lines, self._pending = self._pending, []

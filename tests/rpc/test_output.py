@@ -1,0 +1,41 @@
+"""rpc.output.Output: lines written in one loop turn leave in one write at its end;
+``write_now`` sends at once, after what was written before it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from snerd.rpc.output import Output
+
+
+async def _pipe_output() -> tuple[Output, int]:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    out = await Output.open(os.fdopen(write_fd, "wb", buffering=0))
+    return out, read_fd
+
+
+def _drain(fd: int) -> bytes:
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return b""
+
+
+async def test_write_waits_for_the_turn_and_write_now_does_not() -> None:
+    out, fd = await _pipe_output()
+    try:
+        out.write(b"a\n")
+        assert _drain(fd) == b""  # sent at the end of the loop's turn
+        out.write_now(b"b\n")  # at once, after the line before it
+        assert _drain(fd) == b"a\nb\n"
+        out.write_now(b"c\n")
+        assert _drain(fd) == b"c\n"
+        out.write(b"d\n")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert _drain(fd) == b"d\n"
+    finally:
+        await out.close()
+        os.close(fd)
