@@ -50,8 +50,8 @@ class Output:
 
     def write(self, line: bytes) -> None:
         if self._transport is not None:
-            # Lines written in one loop iteration (an ack and the execute of the task it
-            # enqueued, a batch of acks) leave in one write.
+            # Lines written in one loop iteration (the executes of a batch's claims,
+            # replies to a burst of requests) leave in one write.
             if not self._pending:
                 asyncio.get_running_loop().call_soon(self._send)
             self._pending.append(line)
