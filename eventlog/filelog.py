@@ -118,6 +118,7 @@ class FileLog(BatchingLog):
         self._fsyncs = 0
         self._fsync_total = 0.0
         self._watcher: Watcher | None = None
+        self._own_change = False  # written under the lock held now: its events to drop
         self._follower: asyncio.Task[None] | None = None
         self._closed: asyncio.Future[None] | None = None
 
@@ -383,8 +384,7 @@ class FileLog(BatchingLog):
                 await self._fsync()
         except OSError as exc:
             raise self._roll_back(start, exc) from exc
-        if self._watcher is not None:  # under the lock, caught up: only our own change
-            self._watcher.forget_pending()
+        self._own_change = True  # its events are dropped when the lock is released
 
     async def _sync_only(self) -> None:
         """fsync the file: it makes our lines durable whoever holds the lock (a log
@@ -526,8 +526,13 @@ class _Exclusive:
         self._release()
 
     def _release(self) -> None:
-        locking.unlock(self.log._lock_fd)
-        self.log._mutex.release()
+        log = self.log
+        if log._own_change:  # still under the lock, caught up: only our own writes, in
+            log._own_change = False  # one read however many (a split batch writes twice)
+            if log._watcher is not None:
+                log._watcher.forget_pending()
+        locking.unlock(log._lock_fd)
+        log._mutex.release()
 
 
 def _timed_fsync(fd: int) -> float:
