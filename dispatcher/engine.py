@@ -433,9 +433,9 @@ class Engine:
         run = self._run
         if (
             run is None or not run.open or run.submitted != self.log.submitted
-            or (durable and not run.durable and not self.log.make_durable(run.request))
-            or (on_durable is not None and not run.early
-                and not self.log.make_durable(run.request, run.answer_durable))
+            or (((durable and not run.durable) or (on_durable is not None and not run.early))
+                and not self.log.make_durable(run.request,
+                                              None if on_durable is None else run.answer_durable))
         ):  # fmt: skip
             new = run = self._run = _Run()
 

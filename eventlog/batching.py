@@ -580,9 +580,7 @@ class BatchingLog(EventLog):
         async with self._exclusive():
             for unit in _units(batch):
                 if waiting and self.SPLIT_FLUSH and not any(req.durable for req in unit):
-                    await self._flush(True)
-                    self.commits += 1
-                    self._synced(True)
+                    await self._commit(True)
                     _answer(done)
                     done.clear()
                     wrote, staged, durable, waiting = True, False, False, False
@@ -591,11 +589,15 @@ class BatchingLog(EventLog):
                 waiting = waiting or (d and any(req.on_durable for req in unit))
             durable = durable and (staged or self._unsynced)
             if staged or durable:
-                await self._flush(durable)
-                self.commits += 1
-                self._synced(durable)
+                await self._commit(durable)
         _answer(done)
         return staged or wrote
+
+    async def _commit(self, durable: bool) -> None:
+        """Flush what is staged (synced if ``durable``) and count it."""
+        await self._flush(durable)
+        self.commits += 1
+        self._synced(durable)
 
     def _run_one(self, req: _Request, done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:
         """Run one request under the lock: decide, stamp, deliver and stage its records;
