@@ -130,6 +130,7 @@ class BatchingLog(EventLog):
         self._faulted = asyncio.Event()  # set by a fault: the follower's wait ends at once
         self._fatal: asyncio.Future[BaseException] | None = None
         self._unsynced = False  # lines were written since the last fsync
+        self._unsynced_at = 0.0  # when the first of them was (the loop's clock)
         self._batch_size = 0
         """Requests in the batch being run (a backend's :meth:`_flush` may read it)."""
         self._sync_timer: asyncio.TimerHandle | None = None
@@ -653,21 +654,35 @@ class BatchingLog(EventLog):
     def _synced(self, durable: bool) -> None:
         """After a flush: a durable one covers every line written before it; lines
         written without a sync are made durable by the next durable batch, or by a sync
-        of their own at most SYNC_SOON_SECONDS later."""
+        of their own at most SYNC_SOON_SECONDS after the first of them was written.
+
+        The timer is armed once and left armed across durable batches (a producer
+        awaiting each enqueue writes a claim without a sync after every one: cancelling
+        and arming it again each time cost more than the rest of this method); when it
+        fires, :meth:`_sync_soon` syncs only lines that have waited their time."""
         if durable:
             self._unsynced = False
-            if self._sync_timer is not None:
-                self._sync_timer.cancel()
-                self._sync_timer = None
+            return
+        if self._unsynced:
             return
         self._unsynced = True
+        loop = asyncio.get_running_loop()
+        self._unsynced_at = loop.time()
         if self._sync_timer is None:
-            loop = asyncio.get_running_loop()
-            self._sync_timer = loop.call_later(SYNC_SOON_SECONDS, self._sync_soon)
+            self._sync_timer = loop.call_at(self._unsynced_at + SYNC_SOON_SECONDS,
+                                            self._sync_soon)  # fmt: skip
 
     def _sync_soon(self) -> None:
+        """The timer of :meth:`_synced`: sync the lines written without one if the first
+        of them has waited SYNC_SOON_SECONDS; if a durable batch covered the lines it
+        was armed for, and younger ones wait, wait for them."""
         self._sync_timer = None
         if not self._unsynced or self._closing or self._failure is not None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._unsynced_at + SYNC_SOON_SECONDS
+        if due > loop.time():
+            self._sync_timer = loop.call_at(due, self._sync_soon)
             return
         future = self._submit(None, (), True)  # no records: a sync of what is written
         future.add_done_callback(lambda f: f.cancelled() or f.exception())

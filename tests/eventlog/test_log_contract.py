@@ -395,6 +395,54 @@ async def test_a_queued_request_made_durable_takes_a_hook(
     assert flushes == ([True, False] if split else [True])
 
 
+async def test_lines_written_without_a_sync_are_synced_soon_after_the_first(
+    open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line written without a sync is synced at most SYNC_SOON_SECONDS after it was
+    written, unless a durable batch covers it first; then the timer waits for the lines
+    written after that batch, not for its own first deadline (on the loop's clock,
+    moved by hand)."""
+    from snerd.eventlog.batching import SYNC_SOON_SECONDS as SOON
+
+    log, _ = await open_log(fsync=True)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    clock = [start]
+    monkeypatch.setattr(loop, "time", lambda: clock[0])
+    syncs: list[float] = []
+    real_sync = log._sync_only  # type: ignore[attr-defined]
+
+    async def counting() -> None:
+        syncs.append(round((clock[0] - start) / SOON, 3))
+        await real_sync()
+
+    log._sync_only = counting  # type: ignore[attr-defined]
+
+    async def at(soons: float) -> None:  # move the clock; due timers and the writer run
+        clock[0] = start + soons * SOON
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    await log.append(recs("a"), durable=False)  # at 0: the timer is armed for 1
+    await at(0.6)
+    await log.append(recs("b"))  # durable: covers a
+    await log.append(recs("c"), durable=False)  # at 0.6: due at 1.6
+    await at(1.2)
+    assert syncs == []  # the timer armed for a found c too young
+    assert log._unsynced  # type: ignore[attr-defined]
+    await log.append(recs("e"), durable=False)  # still due at 1.6: c waits since 0.6
+    await at(1.7)
+    assert syncs == [1.7]
+    assert not log._unsynced  # type: ignore[attr-defined]
+    await at(5)
+    assert syncs == [1.7]  # nothing left to sync: no timer fires again
+    await log.append(recs("d"), durable=False)  # at 5: due at 6
+    await at(5.9)
+    assert syncs == [1.7]
+    await at(6.1)
+    assert syncs == [1.7, 6.1]
+
+
 async def test_a_sync_waits_for_no_other_writer(open_log: OpenLog) -> None:
     """Making one's own lines durable (an fsync, a synchronous commit) needs neither the
     lock nor a catch-up: it completes while another writer holds the lock."""
