@@ -134,6 +134,9 @@ class BatchingLog(EventLog):
         self._batch_size = 0
         """Requests in the batch being run (a backend's :meth:`_flush` may read it)."""
         self._sync_timer: asyncio.TimerHandle | None = None
+        self._idle_hook = type(self)._idle is not BatchingLog._idle
+        """Whether the backend does anything in :meth:`_idle` (else the writer does not
+        call it: once a batch, for a producer awaiting each enqueue)."""
 
     # ----------------------------------------------------------------- hooks
 
@@ -520,9 +523,12 @@ class BatchingLog(EventLog):
     async def _drain(self) -> None:
         """The writer: run queued requests batch after batch until the queue is empty."""
         try:
-            while (self._queue and self._failure is None) or await self._idle_safely():
+            while (self._queue and self._failure is None) or (
+                self._idle_hook and await self._idle_safely()
+            ):
                 batch, self._queue = self._queue, []
-                await self._recover_if_due()
+                if self._stale:
+                    await self._recover_if_due()
                 try:
                     if self._failure is not None:
                         raise self._failure

@@ -270,6 +270,19 @@ class FileLog(BatchingLog):
             return "compacted"
         return "shrank" if st.st_size < self._read_pos else None
 
+    def _nothing_new(self) -> bool:
+        """Whether the path still names our file and it holds nothing we have not read
+        (the common answer of :meth:`_sync`, without a coroutine): one stat. Anything
+        else, an error included, is :meth:`_sync`'s to find out and say."""
+        try:
+            st = os.stat(self._path_s)
+        except OSError:
+            return False
+        if st.st_ino == self._ino and st.st_size == self._read_pos:
+            self._caught_up()
+            return True
+        return False
+
     async def _sync(self) -> int:
         """Catch up (holding ``_mutex``): follow a replacement, then read new lines.
 
@@ -511,12 +524,14 @@ class _Exclusive:
         log = self.log
         await log._mutex.acquire()
         try:
-            await locking.acquire(log._lock_fd)
+            if not locking.try_lock(log._lock_fd):  # (the common case, without a coroutine)
+                await locking.acquire(log._lock_fd)
         except BaseException:
             log._mutex.release()
             raise
         try:
-            await log._sync()
+            if not log._nothing_new():
+                await log._sync()
             log._seal_torn_tail()
         except BaseException:
             self._release()

@@ -51,8 +51,10 @@ def lock_blocking(fd: int) -> None:
 def unlock(fd: int) -> None:
     """Release the lock on ``fd`` (a no-op if ``fd`` was closed meanwhile)."""
     if fcntl is not None:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105  (not contextlib.suppress: an object a call, once a batch)
             fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            pass
         return
     import portalocker  # pragma: no cover
 
