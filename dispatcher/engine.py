@@ -391,7 +391,6 @@ class Engine:
             if reply is not None:
                 enqueued.add_done_callback(reply)
             return enqueued
-        claiming, reserved = self._claim_behind()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[EnqueueOutcome] = loop.create_future()
 
@@ -417,7 +416,7 @@ class Engine:
                 if reserved:
                     self.dispatcher.begin_claimed(reserved)
 
-        claiming.add_done_callback(settle)
+        claiming, reserved = self._claim_behind(settle)
         return done
 
     def _joined(
@@ -457,13 +456,16 @@ class Engine:
         if on_durable is not None:
             run.early.append((len(run.commands) - 1, on_durable))
 
-    def _claim_behind(self) -> tuple[asyncio.Future[Claimed], Claimed]:
+    def _claim_behind(
+        self, then: Callable[[asyncio.Future[Claimed]], None]
+    ) -> tuple[asyncio.Future[Claimed], Claimed]:
         """Submit the claims the plan makes for this engine's free slots, right behind
         what was just submitted (the same batch: one lock hold, one write), decided
         against the state that includes it. Returns the claim's future and the list of
         attempts it reserves (filled under the lock): :meth:`Dispatcher.begin_claimed`
-        once written, else :meth:`_unclaim`. A claim decided when earlier ones took
-        every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
+        once written, else :meth:`_unclaim`; ``then`` is the future's callback, called
+        once it resolves (the only one: a callback is a loop step). A claim decided when
+        earlier ones took every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
         reserved: Claimed = []
         queued = True  # counted in _claims_queued until it is decided (or never is)
 
@@ -479,9 +481,13 @@ class Engine:
             reserved.extend(claimed)
             return records, claimed
 
+        def resolved(future: asyncio.Future[Claimed]) -> None:
+            decided()  # (never decided: the batch failed, or was never run)
+            then(future)
+
         future: asyncio.Future[Claimed] = self.log.submit(claim, durable=False)
         self._claims_queued += 1
-        future.add_done_callback(decided)
+        future.add_done_callback(resolved)
         return future, reserved
 
     def _unclaim(self, reserved: Claimed) -> None:
@@ -627,20 +633,19 @@ class Engine:
             self.dispatcher.arm_later(self.state)  # nothing to claim now: a task due later?
         else:
             # the freed slot's next attempt, claimed in the outcome's batch
-            claiming, reserved = self._claim_behind()
-            joined = self._run
-            if success and joined is not None and joined.submitted == self.log.submitted - 1:
-                # what follows (successes, the next enqueue) still joins the run, ahead of
-                # this claim, which counts their slots as well (free when it is decided)
-                joined.submitted = self.log.submitted
 
-            def begin(_: object) -> None:
+            def begin(claiming: asyncio.Future[Claimed]) -> None:
                 if _written(claiming):
                     self.dispatcher.begin_claimed(reserved)
                 else:
                     self._unclaim(reserved)
 
-            claiming.add_done_callback(begin)
+            _, reserved = self._claim_behind(begin)
+            joined = self._run
+            if success and joined is not None and joined.submitted == self.log.submitted - 1:
+                # what follows (successes, the next enqueue) still joins the run, ahead of
+                # this claim, which counts their slots as well (free when it is decided)
+                joined.submitted = self.log.submitted
         return done
 
     async def _write_later(self, command: Command) -> None:

@@ -422,9 +422,9 @@ async def test_outcomes_in_one_turn_queue_one_claim_for_all_the_slots_they_free(
     behind: list[int] = []
     real = Engine._claim_behind
 
-    def counting(self: Engine) -> Any:
+    def counting(self: Engine, then: Any) -> Any:
         behind.append(len(self.runs))
-        return real(self)
+        return real(self, then)
 
     monkeypatch.setattr(Engine, "_claim_behind", counting)
     gate.set()  # the 4 running end in one turn, then the next 4, then the last 4
@@ -509,9 +509,9 @@ async def test_a_burst_of_enqueues_queues_claims_only_for_the_free_slots(
     behind: list[int] = []
     real = Engine._claim_behind
 
-    def counting(self: Engine) -> Any:
+    def counting(self: Engine, then: Any) -> Any:
         behind.append(1)
-        return real(self)
+        return real(self, then)
 
     monkeypatch.setattr(Engine, "_claim_behind", counting)
     await asyncio.gather(*(engine.enqueue(_enqueue(f"f{i}")) for i in range(20)))
