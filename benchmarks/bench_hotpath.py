@@ -33,9 +33,12 @@ the sizes over the difference in tasks is the instructions a task costs (start-u
 shutdown cancel out). One process, so the same tree gives the same figure on every run
 whatever else the machine does: the sequential path to within 0.1%, the concurrent one
 to about 1% (how many outcomes share a batch moves a little with timing); the kernel's
-work (fsync) is not counted. (The stdio paths are two processes: how their lines
-interleave, and so how many reads and batches a task takes, moves with the machine's
-load, and their counts with it, by up to 10% here; they are left to the timed runs.)
+work (fsync) is not counted. The daemon's own path is counted too, under (2)'s blocking
+client (the daemon under callgrind, the client outside it): that client waits for each
+ack and ``execute`` before its next line, so the daemon sees the same lines in the same
+reads on every run, and its count repeats to about 0.2%. (The SDK's path is not
+counted: its lines interleave as the timing falls, and its count moves with the
+machine's load, by up to 10% here; it is left to the timed runs.)
 """
 
 from __future__ import annotations
@@ -319,8 +322,14 @@ def _line(label: str, value: str, goal: str, ok: bool | None) -> None:
     print(f"{label:<58} {value:<30} goal {goal}{mark}")
 
 
-INSTRUCTION_PATHS = {"sequential": (200, 600), "concurrent": (1000, 3000)}
+INSTRUCTION_PATHS = {"sequential": (200, 600), "concurrent": (1000, 3000), "daemon": (100, 400)}
 """The paths ``--instructions`` counts, with the two task counts each runs."""
+
+INSTRUCTION_LABELS = {
+    "sequential": "embedded, sequential enqueues",
+    "concurrent": "embedded, concurrent enqueues",
+    "daemon": "daemon, stdio client of (2)",
+}
 
 
 def _one_path(tree: Path, what: str, n: int) -> None:
@@ -334,6 +343,8 @@ def _one_path(tree: Path, what: str, n: int) -> None:
 
 def _callgrind(tree: Path, what: str, n: int) -> int:
     """Instructions of one run of a path, under callgrind."""
+    if what == "daemon":
+        return _callgrind_daemon(tree, n)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
            sys.executable, "-m", "benchmarks.bench_hotpath",
            "--one-path", str(tree), what, str(n)]  # fmt: skip
@@ -344,6 +355,26 @@ def _callgrind(tree: Path, what: str, n: int) -> int:
         sys.exit(f"bench_hotpath: callgrind failed on {what} ({tree}): "
                  f"{run.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip
     return sum(int(c) for c in counts)
+
+
+def _callgrind_daemon(tree: Path, n: int) -> int:
+    """Instructions of ``tree``'s daemon, under callgrind, answering ``n`` enqueues of
+    (2)'s blocking client, which runs each task: it waits for each ack and ``execute``
+    and answers the ``execute`` before its next enqueue, so the lines reach the daemon
+    the same way on every run, however slowly it runs (the count repeats to ~0.2%;
+    an SDK's client does not wait so, and its lines interleave as the timing falls)."""
+    with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-instr-") as raw_tmp:
+        tmp = Path(raw_tmp)
+        out = tmp / "callgrind.out"
+        code = f"import sys; sys.path.insert(0, {str(tree)!r}); {OURS}"
+        cmd = ["env", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind",
+               f"--callgrind-out-file={out}",
+               sys.executable, "-c", code, str(tmp / "s")]  # fmt: skip
+        asyncio.run(stdio_blocking(cmd, n, handler=True))
+        found = re.search(r"^summary:\s*(\d+)", out.read_text(), re.M) if out.exists() else None
+        if found is None:
+            sys.exit(f"bench_hotpath: callgrind failed on the daemon ({tree})")
+        return int(found.group(1))
 
 
 def _instructions(rev: str | None, compiled: bool) -> None:
@@ -375,7 +406,7 @@ def _instructions(rev: str | None, compiled: bool) -> None:
             ]
             cells = "".join(f"{value:16,.0f}" for value in per_task)
             ratio = "" if len(per_task) < 2 else f"{per_task[1] / per_task[0]:9.3f}"
-            label = f"embedded, {what} enqueues"
+            label = INSTRUCTION_LABELS[what]
             print(f"{label + f' ({small}->{large})':34}{cells}{ratio}")
         if rev is not None:
             print(f"  ratio: this tree's instructions over {rev}'s (below 1: fewer a task)")
