@@ -367,7 +367,7 @@ def _callgrind_daemon(tree: Path, n: int) -> int:
         tmp = Path(raw_tmp)
         out = tmp / "callgrind.out"
         code = f"import sys; sys.path.insert(0, {str(tree)!r}); {OURS}"
-        cmd = ["env", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind",
+        cmd = ["env", "PYTHONHASHSEED=0", "valgrind", "-q", "--tool=callgrind",
                f"--callgrind-out-file={out}",
                sys.executable, "-c", code, str(tmp / "s")]  # fmt: skip
         asyncio.run(stdio_blocking(cmd, n, handler=True))
