@@ -669,12 +669,13 @@ class BatchingLog(EventLog):
         if durable:
             self._unsynced = False
             return
-        if self._unsynced:
+        if self._unsynced and self._sync_timer is not None:
             return
-        self._unsynced = True
         loop = asyncio.get_running_loop()
-        self._unsynced_at = loop.time()
-        if self._sync_timer is None:
+        if not self._unsynced:
+            self._unsynced = True
+            self._unsynced_at = loop.time()
+        if self._sync_timer is None:  # (also after a timer's sync that failed)
             self._sync_timer = loop.call_at(self._unsynced_at + SYNC_SOON_SECONDS,
                                             self._sync_soon)  # fmt: skip
 

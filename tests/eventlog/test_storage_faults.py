@@ -256,3 +256,39 @@ async def test_a_split_batch_whose_second_write_fails_keeps_its_answered_part(
     await log.append(put("d"))
     assert sorted(rec.state) == ["a", "b", "d"]
     assert FileBackend(tmp_path / "s").chain_breaks() == []
+
+
+async def test_a_failed_sync_soon_is_tried_again_for_the_next_line(opened, monkeypatch):
+    """The sync-soon timer's sync fails (a storage fault): the lines stay unsynced, and
+    the next line written without a sync arms the timer again (on the loop's clock,
+    moved by hand), so they are synced once writes are accepted again."""
+    log, _, clock = await opened()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    now = [start]
+    monkeypatch.setattr(loop, "time", lambda: now[0])
+    attempts: list[str] = []
+    real_sync = log._sync_only
+
+    async def failing_once() -> None:
+        attempts.append("sync")
+        if len(attempts) == 1:
+            raise StorageUnavailable("injected: the disk went away")
+        await real_sync()
+
+    monkeypatch.setattr(log, "_sync_only", failing_once)
+
+    async def at(soons: float) -> None:
+        now[0] = start + soons * batching.SYNC_SOON_SECONDS
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await log._wait_writer()
+
+    await log.append(put("a"), durable=False)
+    await at(1.1)
+    assert attempts == ["sync"] and log.faults == 1
+    clock.now += 60  # past the backoff window: writes are accepted again
+    await log.append(put("b"), durable=False)
+    await at(2.2)
+    assert attempts == ["sync", "sync"]
+    assert not log._unsynced
