@@ -278,7 +278,12 @@ class FileLog(BatchingLog):
             st = os.stat(self._path_s)
         except OSError:
             return False
-        if st.st_ino == self._ino and st.st_size == self._read_pos:
+        return self._unchanged(st)
+
+    def _unchanged(self, st: os.stat_result | None) -> bool:
+        """Whether ``st`` (the path's stat) is our file with nothing unread in it; if so,
+        the catch-up is done."""
+        if st is not None and st.st_ino == self._ino and st.st_size == self._read_pos:
             self._caught_up()
             return True
         return False
@@ -293,8 +298,7 @@ class FileLog(BatchingLog):
                 st = os.stat(self._path_s)
             except FileNotFoundError:
                 st = None
-            if st is not None and st.st_ino == self._ino and st.st_size == self._read_pos:
-                self._caught_up()
+            if self._unchanged(st):
                 return 0
             replaced = self._replaced(st)
             if replaced == "compacted":
