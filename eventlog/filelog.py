@@ -270,36 +270,34 @@ class FileLog(BatchingLog):
             return "compacted"
         return "shrank" if st.st_size < self._read_pos else None
 
-    def _nothing_new(self) -> bool:
-        """Whether the path still names our file and it holds nothing we have not read
-        (the common answer of :meth:`_sync`, without a coroutine): one stat. Anything
-        else, an error included, is :meth:`_sync`'s to find out and say."""
+    def _stat(self) -> os.stat_result | None:
+        """The path's stat (None when it is gone); an error is a storage fault."""
         try:
-            st = os.stat(self._path_s)
-        except OSError:
-            return False
-        return self._unchanged(st)
+            return os.stat(self._path_s)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot read log {self.path}: {exc}") from exc
 
     def _unchanged(self, st: os.stat_result | None) -> bool:
-        """Whether ``st`` (the path's stat) is our file with nothing unread in it; if so,
-        the catch-up is done."""
+        """Whether ``st`` (the path's stat) is our file with nothing unread in it (the
+        common answer of a catch-up, without a coroutine); if so, the catch-up is done."""
         if st is not None and st.st_ino == self._ino and st.st_size == self._read_pos:
             self._caught_up()
             return True
         return False
 
     async def _sync(self) -> int:
-        """Catch up (holding ``_mutex``): follow a replacement, then read new lines.
+        """Catch up (holding ``_mutex``): follow a replacement, then read new lines."""
+        st = self._stat()  # one stat answers the common case: the same file, nothing new
+        return 0 if self._unchanged(st) else await self._catch_up_from(st)
+
+    async def _catch_up_from(self, st: os.stat_result | None) -> int:
+        """:meth:`_sync` past its first stat (``st``), when something changed.
 
         A read error is a storage fault: the reading position may be lost, so the
         log replays from storage once it can (:class:`StorageUnavailable`)."""
         try:
-            try:  # one stat answers the common case: the same file, nothing new in it
-                st = os.stat(self._path_s)
-            except FileNotFoundError:
-                st = None
-            if self._unchanged(st):
-                return 0
             replaced = self._replaced(st)
             if replaced == "compacted":
                 self._compacted_elsewhere()
@@ -534,8 +532,9 @@ class _Exclusive:
             log._mutex.release()
             raise
         try:
-            if not log._nothing_new():
-                await log._sync()
+            st = log._stat()  # (the catch-up's common answer, without a coroutine)
+            if not log._unchanged(st):
+                await log._catch_up_from(st)
             log._seal_torn_tail()
         except BaseException:
             self._release()
