@@ -430,12 +430,7 @@ class Engine:
         outcome and the member's index in it, ``on_durable`` (a durable member's) its
         own outcome as soon as the run is durable (the log's ``on_durable``)."""
         run = self._run
-        if (
-            run is None or not run.open or run.submitted != self.log.submitted
-            or (((durable and not run.durable) or (on_durable is not None and not run.early))
-                and not self.log.make_durable(run.request,
-                                              None if on_durable is None else run.answer_durable))
-        ):  # fmt: skip
+        if run is None or not self._may_join(run, durable, on_durable):
             new = run = self._run = _Run()
 
             def decided() -> tuple[list[Record], Any]:
@@ -455,6 +450,19 @@ class Engine:
         run.replies.append(reply)
         if on_durable is not None:
             run.early.append((len(run.commands) - 1, on_durable))
+
+    def _may_join(
+        self, run: _Run, durable: bool, on_durable: Callable[[Any], None] | None
+    ) -> bool:
+        """Whether a member may join ``run``: it takes more members, nothing was
+        submitted since, and it is durable (answering early) if the member must be,
+        or the log can still make it so (:meth:`EventLog.make_durable`, once)."""
+        if not run.open or run.submitted != self.log.submitted:
+            return False
+        if (durable and not run.durable) or (on_durable is not None and not run.early):
+            early = None if on_durable is None else run.answer_durable
+            return self.log.make_durable(run.request, early)
+        return True
 
     def _claim_behind(
         self, then: Callable[[asyncio.Future[Claimed]], None]
