@@ -216,7 +216,10 @@ def _task_data(r: Fields) -> str:
         return value
     if depth(value, MAX_DEPTH) >= MAX_DEPTH:
         r.fail("task_data", f"task_data nests deeper than {MAX_DEPTH - 1} levels")
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:  # (orjson's JSONEncodeError): e.g. an integer past 64 bits
+        r.fail("task_data", f"task_data cannot be encoded as JSON: {exc}")
 
 
 def _rate_limit(r: Fields) -> tuple[str | None, int | None]:

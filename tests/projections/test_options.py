@@ -59,3 +59,12 @@ def test_common_enqueues_take_every_other_option_at_its_default(msg: dict[str, A
                         max_retries=answer.max_retries,
                         retry_after_hours=answer.retry_after_hours)  # fmt: skip
         assert answer == plain
+
+
+def test_task_data_that_json_cannot_hold_is_refused_by_name() -> None:
+    """An in-process caller's task_data with an integer past 64 bits (JSON lines cannot
+    carry it) is an invalid task_data, not an error from the encoder."""
+    answer = _answer(enqueue_options, {"task_id": "a", "task_type": "t",
+                                       "task_data": {"n": 2**64}})  # fmt: skip
+    assert isinstance(answer, tuple)
+    assert answer[0] == "task_data" and "cannot be encoded as JSON" in answer[1]
