@@ -133,6 +133,9 @@ class BatchingLog(EventLog):
         self._unsynced_at = 0.0  # when the first of them was (the loop's clock)
         self._batch_size = 0
         """Requests in the batch being run (a backend's :meth:`_flush` may read it)."""
+        self._held: list[Record] = []
+        """Records stamped and staged by the batch being run that the listener has not
+        heard yet (:meth:`_deliver_held`)."""
         self._sync_timer: asyncio.TimerHandle | None = None
         self._idle_hook = type(self)._idle is not BatchingLog._idle
         """Whether the backend does anything in :meth:`_idle` (else the writer does not
@@ -577,7 +580,14 @@ class BatchingLog(EventLog):
         requests that need no durability, the backend permitting (:attr:`SPLIT_FLUSH`),
         the lines so far are written and synced and those requests answered first; the
         rest is run and written after, in the same lock hold, and made durable by the
-        next sync like any line written without one."""
+        next sync like any line written without one.
+
+        The listener hears a request's records before the next request is decided (it
+        decides against the listener's state) and before its future resolves, but after
+        they are written and the ``on_durable`` hooks of a durable write have run: the
+        fold of what a durable write carries is not on the way to its ack. When a write
+        fails, the listener hears its records all the same, as before the write, and the
+        fault's recovery reads back what the storage holds."""
         if all(req.command is None and not req.records for req in batch):
             await self._run_syncs(batch)
             return False
@@ -588,26 +598,43 @@ class BatchingLog(EventLog):
             for unit in _units(batch):
                 if waiting and self.SPLIT_FLUSH and not any(req.durable for req in unit):
                     await self._commit(True)
-                    _answer(done)
+                    self._answer(done)
                     done.clear()
                     wrote, staged, durable, waiting = True, False, False, False
+                self._deliver_held()
                 s, d = self._run_appends(unit, done)
                 staged, durable = staged or s, durable or d
                 waiting = waiting or (d and any(req.on_durable for req in unit))
             durable = durable and (staged or self._unsynced)
             if staged or durable:
                 await self._commit(durable)
-        _answer(done)
+            _call_hooks(done)
+            self._deliver_held()  # under the lock: before anything another writer adds
+        _resolve(done)
         return staged or wrote
 
     async def _commit(self, durable: bool) -> None:
         """Flush what is staged (synced if ``durable``) and count it."""
-        await self._flush(durable)
+        try:
+            await self._flush(durable)
+        except StorageUnavailable:
+            self._deliver_held()  # heard as if before the write: the recovery reads back
+            raise
+        except BaseException:
+            self._held.clear()  # the instance stops (fail-stop): nothing more is heard
+            raise
         self.commits += 1
         self._synced(durable)
 
+    def _answer(self, done: list[tuple[_Request, Any]]) -> None:
+        """After a flush: the ``on_durable`` hooks first (the daemon's acks), then the
+        listener hears the records it carried, then the futures resolve."""
+        _call_hooks(done)
+        self._deliver_held()
+        _resolve(done)
+
     def _run_one(self, req: _Request, done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:
-        """Run one request under the lock: decide, stamp, deliver and stage its records;
+        """Run one request under the lock: decide, stamp, hold and stage its records;
         return (whether it staged lines, whether it asks for a sync)."""
         decided = _decide(req)
         if decided is None:
@@ -619,7 +646,7 @@ class BatchingLog(EventLog):
             req.future.set_exception(exc)
             return False, False
         if lines:
-            self._deliver_own(stamped)
+            self._hold(stamped)
             self._stage(lines)
         done.append((req, result))
         return bool(lines), req.durable and (bool(lines) or req.command is None)
@@ -640,7 +667,7 @@ class BatchingLog(EventLog):
                 s, d = self._run_one(req, done)
                 staged, durable = staged or s, durable or d
             return staged, durable
-        self._deliver_own(stamped)
+        self._hold(stamped)
         self._stage(lines)
         done.extend((req, None) for req in group)
         return True, any(req.durable for req in group)
@@ -719,11 +746,19 @@ class BatchingLog(EventLog):
         self._chain_head, lines = self.chain.seal_all(self._chain_head, bodies)
         return stamped, lines
 
-    def _deliver_own(self, stamped: list[Record]) -> None:
-        """:meth:`_deliver` for freshly stamped records (their seqs are the new maximum)."""
+    def _hold(self, stamped: list[Record]) -> None:
+        """Freshly stamped records (their seqs are the new maximum), counted now and
+        heard by the listener at the next :meth:`_deliver_held`."""
         self._last_seq = stamped[-1]["seq"]
         self._records += len(stamped)
-        self._notify("on_records", stamped)
+        self._held.extend(stamped)
+
+    def _deliver_held(self) -> None:
+        """Hand the listener the records the batch holds (:meth:`_hold`). A compaction
+        calls it too, before it takes its point: the snapshot then holds them."""
+        if self._held:
+            held, self._held = self._held, []
+            self._notify("on_records", held)
 
     async def _wait_writer(self) -> None:
         """Wait until every transaction queued so far has finished."""
@@ -746,18 +781,22 @@ def _decide(req: _Request) -> tuple[Sequence[Record], Any] | None:
         return None
 
 
-def _answer(done: list[tuple[_Request, Any]]) -> None:
-    """Resolve the requests of a flush: a durable one's ``on_durable`` first (a
-    request a command refused, or whose caller gave up, is skipped)."""
+def _resolve(done: list[tuple[_Request, Any]]) -> None:
+    """Resolve the futures of a flush's requests with their results."""
     for req, result in done:
-        if req.future.done():
-            continue
-        if req.on_durable is not None and req.durable:
+        if not req.future.done():
+            req.future.set_result(result)
+
+
+def _call_hooks(done: list[tuple[_Request, Any]]) -> None:
+    """The ``on_durable`` hooks of a flush's durable requests (a request a command
+    refused, or whose caller gave up, is skipped)."""
+    for req, result in done:
+        if req.on_durable is not None and req.durable and not req.future.done():
             try:
                 req.on_durable(result)
             except Exception:
                 log.exception("a durable request's on_durable failed")
-        req.future.set_result(result)
 
 
 def _units(batch: list[_Request]) -> Iterator[list[_Request]]:

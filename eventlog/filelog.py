@@ -449,6 +449,7 @@ class FileLog(BatchingLog):
         if self.degraded or self._fault is not None:
             log.info("compaction skipped while recovering from: %s", self._fault)
             return  # abandoned silently, like a stale one: thresholds are checked again
+        self._deliver_held()  # a batch's records written (or staged), not heard yet
         point = _Point(
             self._read_pos - len(self._pending) + sum(map(len, self._staged)),
             self._last_seq,

@@ -174,6 +174,7 @@ class MemoryLog(BatchingLog):
     async def compact(self, snapshot: Snapshot) -> None:
         """Replace the store's lines by header + snapshot + tail; archive the old lines."""
         self._check_usable()
+        self._deliver_held()  # a batch's records staged, not heard yet
         pos, last_seq, generation = self._pos + len(self._staged), self._last_seq, self._generation
         records_at, skipped_at = self._records, self._skipped
         records = snapshot_list(snapshot)  # a function is called now, at the point

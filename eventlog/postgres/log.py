@@ -633,6 +633,7 @@ class PostgresLog(BatchingLog):
         if self.degraded or self._fault is not None:
             log.info("compaction skipped while recovering from: %s", self._fault)
             return
+        self._deliver_held()  # a batch's records staged or on their way, not heard yet
         # Delivered but not read back: the lines staged, and those of a batch whose
         # COMMIT is on its way (``_doubt``; its records and chain already count).
         ahead = [*(self._doubt.lines if self._doubt is not None else ()), *self._staged]

@@ -13,7 +13,6 @@ from enginekit import Harness, settle
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Job
 from snerd.projections import events as ev
-from snerd.projections.task import READY
 from snerd.rpc.protocol import Enqueue
 
 
@@ -278,8 +277,9 @@ async def test_a_producer_awaiting_each_enqueue_costs_one_batch_per_task(
 
 async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harness) -> None:
     """enqueue_soon's ``acked`` (the daemon's ack): called once, the moment the enqueue is
-    durable, while the task is still unclaimed (its claim is decided after, in the same
-    lock hold); the future's ``reply`` is then not called; the task still runs here."""
+    durable, before the engine has even folded it (the fold is not on the ack's way),
+    so long before its claim (decided after, in the same lock hold); the future's
+    ``reply`` is then not called; the task still runs here."""
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
     heard: list[tuple[str, Any, str, bool]] = []
@@ -287,7 +287,7 @@ async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harn
 
     def acked(outcome: Any) -> None:
         task = engine.state.tasks.get("early")
-        heard.append(("acked", outcome, task.phase if task else "-", task.claim is None))
+        heard.append(("acked", outcome, task.phase if task else "-", task is None))
 
     def reply(future: asyncio.Future[Any]) -> None:
         heard.append(("reply", future.result(), "", False))
@@ -295,7 +295,7 @@ async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harn
     done = engine.enqueue_soon(_enqueue("early"), reply, acked)
     await done
     await settle(engine, lambda: len(harness.calls) == 1 and not engine.runs)
-    assert heard == [("acked", None, READY, True)]  # acked, then claimed, then run
+    assert heard == [("acked", None, "-", True)]  # acked, then folded, claimed, run
     assert [task_id for _, task_id, _ in harness.calls] == ["early"]
     # the enqueue's sync, the claim's write, and the outcome's own batch
     assert engine.log.commits - commits == 3  # type: ignore[attr-defined]

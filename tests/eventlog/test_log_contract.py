@@ -197,6 +197,37 @@ async def test_a_snapshot_function_is_taken_at_the_point(open_log: OpenLog) -> N
     assert set(fresh.state) == set(rec_a.state) == expected
 
 
+async def test_a_compaction_during_a_write_holds_the_records_not_heard_yet(
+    open_log: OpenLog,
+) -> None:
+    """A batch's records are heard after they are written; a compaction whose point
+    falls while the write is under way (a slow disk's fsync in the pool, a database's
+    round trip) has the listener hear them first, so that its snapshot holds them."""
+    a, rec_a = await open_log(follow=False)
+    await a.append(recs("before"))
+    gate = asyncio.Event()
+    writing = asyncio.Event()
+    real_flush = a._flush  # type: ignore[attr-defined]
+
+    async def slow_flush(durable: bool) -> None:
+        writing.set()
+        await gate.wait()
+        await real_flush(durable)
+
+    a._flush = slow_flush  # type: ignore[attr-defined]
+    appended = asyncio.ensure_future(a.append(recs("mid")))
+    await writing.wait()
+    assert "mid" not in rec_a.state  # written (or about to be), not heard yet
+    compacting = asyncio.ensure_future(a.compact(rec_a.snapshot))
+    await asyncio.sleep(0)  # the compaction takes its point
+    gate.set()
+    await asyncio.gather(appended, compacting)
+    a._flush = real_flush  # type: ignore[attr-defined]
+    await a.append(recs("after"))
+    _, fresh = await open_log(follow=False)
+    assert set(fresh.state) == set(rec_a.state) == {"before", "mid", "after"}
+
+
 async def test_compaction_with_concurrent_appends_loses_nothing(open_log: OpenLog) -> None:
     a, rec_a = await open_log(follow=False)
     b, _ = await open_log(follow=False)
@@ -291,12 +322,20 @@ async def test_a_durable_request_is_answered_before_the_requests_behind_it(
     open_log: OpenLog, backend: Backend
 ) -> None:
     """on_durable: a durable request's hook hears its result once its lines are synced,
+    before the listener hears them (the fold is not on the way to the daemon's ack),
     before the non-durable request queued behind it in the same batch is even run (the
-    daemon's ack before the claim it decides next), and before its own future resolves;
-    the rest of the batch is written after, without a sync of its own."""
+    claim the daemon decides next, against the listener's state), and before its own
+    future resolves; the rest of the batch is written after, without a sync of its own."""
     log, rec = await open_log(fsync=True)
     flushes = _flushes(log)
     order: list[Any] = []
+    hear = rec.on_records
+
+    def heard(records: Any) -> None:
+        order.append(("heard", [r["k"] for r in records]))
+        hear(records)
+
+    rec.on_records = heard  # type: ignore[method-assign]
 
     def enqueue() -> tuple[list[Record], str]:
         order.append("enqueue decided")
@@ -319,15 +358,17 @@ async def test_a_durable_request_is_answered_before_the_requests_behind_it(
     if split:
         assert order == [
             "enqueue decided",
-            ("acked", [True], ["e"]),  # synced; the claim behind it not decided yet
+            ("acked", [True], []),  # synced; not heard yet, the claim not decided yet
+            ("heard", ["e"]),
             "claim decided",
+            ("heard", ["c"]),
             "enqueue resolved",
         ]
         assert flushes == [True, False]
     else:  # PostgreSQL: its flush commits, so the whole batch first
         assert order == [
-            "enqueue decided", "claim decided", ("acked", [True], ["e", "c"]),
-            "enqueue resolved",
+            "enqueue decided", ("heard", ["e"]), "claim decided", ("acked", [True], ["e"]),
+            ("heard", ["c"]), "enqueue resolved",
         ]  # fmt: skip
         assert flushes == [True]
     _, fresh = await open_log()
