@@ -127,6 +127,12 @@ class EventLog(abc.ABC):
         submits what needs it on its own."""
         return False
 
+    def kick(self) -> None:
+        """Run what :meth:`submit` queued now rather than on the loop's next turn, where
+        a backend can (a caller that submitted all it will this turn: the daemon, after
+        a read's lines). This default does nothing."""
+        return None
+
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:
         """Append unconditionally."""
         await self.transact(lambda: (records, None), durable=durable)

@@ -29,7 +29,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -106,7 +107,9 @@ class BatchingLog(EventLog):
         self._block_origin: bytes | None = None
         self._listener: LogListener | None = None
         self._queue: list[_Request] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writing = False  # a writer is due to start, or running (:meth:`_drain`)
+        self._writer: asyncio.Task[None] | None = None  # the writer, once it waits on I/O
+        self._start: asyncio.Handle | None = None  # the writer's start, when due
         self._failure: BaseException | None = None
         self._closing = False
         self._last_seq = 0
@@ -519,9 +522,30 @@ class BatchingLog(EventLog):
         future = loop.create_future()
         self._queue.append(_Request(command, records, durable, future, on_durable))
         self.submitted += 1
-        if self._writer is None:
-            self._writer = loop.create_task(self._drain())
+        if not self._writing:
+            self._writing = True
+            self._start = loop.call_soon(self._start_writer)
         return future
+
+    def kick(self) -> None:
+        """Start the writer now if it is due to start, instead of on the loop's next
+        turn: for a caller that has submitted everything it will this turn (the daemon,
+        once it has handled a read's lines). Nothing else changes."""
+        if self._start is not None:
+            self._start.cancel()
+            self._start_writer()
+
+    def _start_writer(self) -> None:
+        """Run the writer at once, in this call, for as long as it needs no I/O wait (an
+        uncontended lock, an inline fsync: as a rule, the whole of it); it goes on as a
+        task from the first wait. No task, no loop turn for a batch that never waits."""
+        self._start = None
+        drain = self._drain()
+        try:
+            awaited = drain.send(None)
+        except StopIteration:
+            return
+        self._writer = asyncio.get_running_loop().create_task(_resumed(drain, awaited))
 
     async def _drain(self) -> None:
         """The writer: run queued requests batch after batch until the queue is empty."""
@@ -555,6 +579,7 @@ class BatchingLog(EventLog):
                 _fail_all(self._queue, self._failure)
                 self._queue = []
         finally:
+            self._writing = False
             self._writer = None
 
     async def _idle_safely(self) -> bool:
@@ -762,8 +787,33 @@ class BatchingLog(EventLog):
 
     async def _wait_writer(self) -> None:
         """Wait until every transaction queued so far has finished."""
-        while self._writer is not None:
-            await asyncio.wait({self._writer})
+        while self._writing:
+            if self._writer is None:  # due to start on the loop's next turn
+                await asyncio.sleep(0)
+            else:
+                await asyncio.wait({self._writer})
+
+
+@types.coroutine
+def _resumed(
+    drain: Coroutine[Any, Any, None], awaited: Any
+) -> Generator[Any, None, None]:  # fmt: skip
+    """The rest of a coroutine that :meth:`BatchingLog._start_writer` ran by hand until
+    it awaited ``awaited`` (what it yielded to the loop): a task runs this as it would
+    have run the coroutine from there, cancellation included."""
+    while True:
+        try:
+            yield awaited
+        except BaseException as exc:  # thrown in by the task (a cancellation)
+            try:
+                awaited = drain.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            awaited = drain.send(None)
+        except StopIteration:
+            return
 
 
 def _decide(req: _Request) -> tuple[Sequence[Record], Any] | None:

@@ -23,7 +23,7 @@ from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Outcomes, Run
 from snerd.dispatcher.settings import engine_config
 from snerd.errors import LogError, ProtocolError, SnerdError
-from snerd.eventlog.base import Record
+from snerd.eventlog.base import EventLog, Record
 from snerd.eventlog.batching import GIVE_UP_SECONDS
 from snerd.eventlog.storage import open_liveness, open_log, redact
 from snerd.projections import events as ev
@@ -146,6 +146,15 @@ def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None
     asyncio.get_running_loop().create_task(answer(command, engine, session.out))
 
 
+def _kick(file_log: EventLog) -> None:
+    """A read's lines are handled: what they submitted runs now (its batch, the ack),
+    not on the loop's next turn. A failure there is the writer's, never the reader's."""
+    try:
+        file_log.kick()
+    except Exception:
+        log.exception("the log's writer failed to start")
+
+
 Cleanup = Callable[[], Awaitable[object]]
 Extension = Callable[[Engine, Mapping[str, str]], Awaitable[Cleanup | None]]
 """What the public face adds to a started daemon (e.g. the dashboard): called with the
@@ -197,7 +206,7 @@ async def serve(
         session.out.write(p.error(message, code=p.LINE_TOO_LONG))
 
     lines = Lines(lambda line: _handle_safely(line, session, engine, clock), too_long,
-                  p.MAX_LINE_BYTES)  # fmt: skip
+                  p.MAX_LINE_BYTES, after=lambda: _kick(file_log))  # fmt: skip
     await open_input(stdin or sys.stdin, lines)
     reading = lines.closed  # every line is answered or acted on, none is fatal; EOF ends
     fatal = loop.create_task(file_log.wait_fatal())

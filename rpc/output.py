@@ -111,15 +111,17 @@ def _read_blocking(fd: int) -> bytes:
 
 class Lines:
     """Splits a byte stream into lines and hands each to ``on_line`` the moment its
-    chunk arrives (from the transport's own callback: no task wakes up per read). A
-    line longer than ``max_bytes`` is dropped whole and reported to ``too_long`` once.
-    ``closed`` resolves at EOF, after the last line (one without its newline too)."""
+    chunk arrives (from the transport's own callback: no task wakes up per read), then
+    calls ``after`` (if given) once the chunk's lines are handled. A line longer than
+    ``max_bytes`` is dropped whole and reported to ``too_long`` once. ``closed``
+    resolves at EOF, after the last line (one without its newline too)."""
 
     def __init__(self, on_line: Callable[[bytes], None], too_long: Callable[[], None],
-                 max_bytes: int) -> None:  # fmt: skip
+                 max_bytes: int, after: Callable[[], None] | None = None) -> None:  # fmt: skip
         self._on_line = on_line
         self._too_long = too_long
         self._max = max_bytes
+        self._after = after
         self._buffer = b""
         self._skipping = False  # inside a line that is already known to be too long
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -138,12 +140,16 @@ class Lines:
         if len(self._buffer) > self._max:
             self._too_long()
             self._buffer, self._skipping = b"", True
+        if lines and self._after is not None:
+            self._after()
 
     def eof(self) -> None:
         if self.closed.done():
             return
         if self._buffer and not self._skipping:
             self._on_line(self._buffer)  # a last line without its newline
+            if self._after is not None:
+                self._after()
         self._buffer = b""
         self.closed.set_result(None)
 

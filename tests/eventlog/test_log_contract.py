@@ -485,6 +485,55 @@ async def test_lines_written_without_a_sync_are_synced_soon_after_the_first(
     assert syncs == [1.7, 6.1]
 
 
+async def test_kick_runs_a_batch_at_once_that_waits_on_nothing(
+    open_log: OpenLog, backend: Backend
+) -> None:
+    """kick: what was submitted runs in the call, not on the loop's next turn, where
+    the batch needs no I/O wait (a file's uncontended lock and inline fsync; a list);
+    a database's round trip goes on as a task from its first wait. Either way every
+    request is answered, in order, once."""
+    log, rec = await open_log(fsync=True)
+    await log.append(recs("warm"))
+    first = log.submit(lambda: (recs("a"), "a"))
+    second = log.submit(lambda: (recs("b"), "b"), durable=False)
+    log.kick()
+    waits = isinstance(backend, PostgresBackend)
+    assert (first.done(), second.done()) == (not waits, not waits)
+    assert await asyncio.gather(first, second) == ["a", "b"]
+    log.kick()  # nothing due: nothing happens
+    assert [r["k"] for r in rec.records] == ["warm", "a", "b"]
+    _, fresh = await open_log()
+    assert [r["k"] for r in fresh.records] == ["warm", "a", "b"]
+
+
+async def test_a_writer_that_waits_goes_on_as_a_task_and_can_be_waited_for(
+    open_log: OpenLog,
+) -> None:
+    """A writer started at once that then waits (a slow disk's fsync in the pool, a lock
+    another holds) goes on as a task from there: its requests are answered when the
+    wait ends, and the log's close waits for it."""
+    log, rec = await open_log(fsync=True)
+    gate = asyncio.Event()
+    real_flush = log._flush  # type: ignore[attr-defined]
+
+    async def slow_flush(durable: bool) -> None:
+        await gate.wait()
+        await real_flush(durable)
+
+    log._flush = slow_flush  # type: ignore[attr-defined]
+    first = log.submit(lambda: (recs("a"), "a"))
+    log.kick()
+    await asyncio.sleep(0)
+    assert not first.done()
+    second = log.submit(lambda: (recs("b"), "b"))  # queued behind the waiting batch
+    gate.set()
+    assert await asyncio.gather(first, second) == ["a", "b"]
+    third = log.submit(lambda: (recs("c"), "c"))
+    await log._wait_writer()  # type: ignore[attr-defined]
+    assert third.done() and third.result() == "c"
+    assert [r["k"] for r in rec.records] == ["a", "b", "c"]
+
+
 async def test_a_sync_waits_for_no_other_writer(open_log: OpenLog) -> None:
     """Making one's own lines durable (an fsync, a synchronous commit) needs neither the
     lock nor a catch-up: it completes while another writer holds the lock."""

@@ -37,6 +37,25 @@ def test_a_line_past_the_bound_is_dropped_whole_and_reported_once() -> None:
     assert seen == [b"ok", b"next"] and long == 1
 
 
+def test_after_is_called_once_a_chunk_s_lines_are_handled() -> None:
+    """``after`` (the daemon's kick of the log's writer) follows the last line of each
+    chunk that completed any, and the last line at EOF; a chunk with no whole line, or
+    one whose lines are all skipped as too long, does not call it."""
+
+    async def go() -> list[object]:
+        heard: list[object] = []
+        lines = Lines(heard.append, lambda: heard.append("too long"), 10,
+                      after=lambda: heard.append("after"))  # fmt: skip
+        for chunk in (b"a\nb", b"c\n", b"d", b"x" * 12, b"x\ne\nf"):
+            lines.feed(chunk)
+        lines.eof()
+        return heard
+
+    assert asyncio.run(go()) == [
+        b"a", "after", b"bc", "after", "too long", b"e", "after", b"f", "after"
+    ]
+
+
 @given(st.lists(st.binary(max_size=8).map(lambda b: b.replace(b"\n", b"")), max_size=12),
        st.data())  # fmt: skip
 def test_any_chunking_gives_the_same_lines(body: list[bytes], data: st.DataObject) -> None:
