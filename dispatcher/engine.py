@@ -442,8 +442,8 @@ class Engine:
                 return [r for d in decisions for r in d.records], [d.outcome for d in decisions]
 
             early = None if on_durable is None else new.answer_durable  # (only if waited for)
-            new.request = self.log.submit(decided, durable=durable, on_durable=early)
-            new.request.add_done_callback(new.settle)
+            new.request = self.log.submit(decided, durable=durable, on_durable=early,
+                                          then=new.settle)  # fmt: skip
             new.submitted = self.log.submitted
         run.durable = run.durable or durable
         run.commands.append(cmd)
@@ -493,9 +493,8 @@ class Engine:
             decided()  # (never decided: the batch failed, or was never run)
             then(future)
 
-        future: asyncio.Future[Claimed] = self.log.submit(claim, durable=False)
+        future: asyncio.Future[Claimed] = self.log.submit(claim, durable=False, then=resolved)
         self._claims_queued += 1
-        future.add_done_callback(resolved)
         return future, reserved
 
     def _unclaim(self, reserved: Claimed) -> None:
@@ -629,7 +628,7 @@ class Engine:
                 written.extend(decision.records)
                 return decision.records, decision.outcome
 
-            self.log.submit(under_lock, durable=durable).add_done_callback(settle)
+            self.log.submit(under_lock, durable=durable, then=settle)
         if self._claims_queued:
             # A claim queued before this outcome and not decided yet takes the slot it
             # frees: it counts the free slots when it is decided. (Outcomes that end in

@@ -94,7 +94,8 @@ class EventLog(abc.ABC):
         """Run ``command`` under the exclusive lock after catching up; append its records.
 
         The records are stamped with consecutive ``seq`` numbers, delivered to the
-        listener before the write, and the call returns only after they are written
+        listener once written (before any later command is decided, and before any
+        caller hears the outcome), and the call returns only after they are written
         (and fsync'd when ``durable``). Concurrent calls share one lock hold, one write
         and one fsync (group commit). If ``command`` raises, nothing of it is written
         and the exception propagates to this caller only.
@@ -103,6 +104,7 @@ class EventLog(abc.ABC):
     def submit(
         self, command: Command[T], *, durable: bool = True,
         on_durable: Callable[[T], None] | None = None,
+        then: Callable[[asyncio.Future[T]], None] | None = None,
     ) -> asyncio.Future[T]:  # fmt: skip
         """:meth:`transact`, queued now: commands submitted in one turn of the event loop
         run in submission order in one batch (one lock hold, one write, one fsync), each
@@ -110,11 +112,16 @@ class EventLog(abc.ABC):
         ``on_durable`` (for a durable request) is called with the command's result once
         its records are durable, before anyone awaiting the future hears of it; a
         backend may call it earlier than the future resolves, from its writer (this
-        default calls it first thing when the transaction is done)."""
+        default calls it first thing when the transaction is done). ``then`` is called
+        with the future once it is done, as a done-callback would be; a backend may
+        call it from its writer, at once, instead of on a later turn of the loop (it
+        must not raise: what it raises is logged)."""
         self.submitted += 1
         future = asyncio.ensure_future(self.transact(command, durable=durable))
         if on_durable is not None and durable:
             future.add_done_callback(functools.partial(_call_on_durable, on_durable))
+        if then is not None:
+            future.add_done_callback(then)
         return future
 
     def make_durable(

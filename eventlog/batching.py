@@ -84,6 +84,7 @@ class _Request:
     durable: bool
     future: asyncio.Future[Any]
     on_durable: Callable[[Any], None] | None = None  # see :meth:`BatchingLog.submit`
+    then: Callable[[asyncio.Future[Any]], None] | None = None  # called once, when done
 
 
 class BatchingLog(EventLog):
@@ -328,13 +329,13 @@ class BatchingLog(EventLog):
         )
         for req in batch:
             decided = _decide(req)
-            if decided is None:
-                continue
-            records, result = decided
-            if records:
-                req.future.set_exception(why)
-            else:
-                req.future.set_result(result)
+            if decided is not None:
+                records, result = decided
+                if records:
+                    req.future.set_exception(why)
+                else:
+                    req.future.set_result(result)
+            _settle(req)
 
     # -------------------------------------------------------------- delivery
 
@@ -483,6 +484,7 @@ class BatchingLog(EventLog):
     def submit(
         self, command: Command[T], *, durable: bool = True,
         on_durable: Callable[[T], None] | None = None,
+        then: Callable[[asyncio.Future[T]], None] | None = None,
     ) -> asyncio.Future[T]:  # fmt: skip
         """:meth:`EventLog.submit`. ``on_durable`` (a durable request's) is called with the
         command's result as soon as its records are durable, from the writer itself,
@@ -490,8 +492,13 @@ class BatchingLog(EventLog):
         before the non-durable requests queued behind it are even run: a caller that
         answers someone there (the daemon's ack) answers at the earliest, and the work
         behind it (the claim of the task just enqueued) follows. It must not raise
-        (what it raises is logged) nor await."""
-        return cast("asyncio.Future[T]", self._submit(command, (), durable, on_durable))
+        (what it raises is logged) nor await. ``then`` is called by the writer with the
+        future the moment it is done (resolved, failed, or found cancelled), once,
+        after the batch's lock is let go: what a done-callback does, without a loop
+        turn (what it submits joins the writer's next batch). A future cancelled by
+        its caller before the writer reaches it hears ``then`` when the writer does."""
+        return cast("asyncio.Future[T]",
+                    self._submit(command, (), durable, on_durable, then))  # fmt: skip
 
     def make_durable(
         self, request: asyncio.Future[Any] | None,
@@ -514,13 +521,14 @@ class BatchingLog(EventLog):
     def _submit(
         self, command: Command[Any] | None, records: Sequence[Record], durable: bool,
         on_durable: Callable[[Any], None] | None = None,
+        then: Callable[[asyncio.Future[Any]], None] | None = None,
     ) -> asyncio.Future[Any]:  # fmt: skip
         """Queue a request for the writer; the future resolves when it is written."""
         if self._closing or self._failure is not None or self._listener is None:
             self._check_usable()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._queue.append(_Request(command, records, durable, future, on_durable))
+        self._queue.append(_Request(command, records, durable, future, on_durable, then))
         self.submitted += 1
         if not self._writing:
             self._writing = True
@@ -636,6 +644,8 @@ class BatchingLog(EventLog):
             _call_hooks(done)
             self._deliver_held()  # under the lock: before anything another writer adds
         _resolve(done)
+        for req in batch:  # every one is done by now: its ``then``, the lock let go
+            _settle(req)
         return staged or wrote
 
     async def _commit(self, durable: bool) -> None:
@@ -708,6 +718,8 @@ class BatchingLog(EventLog):
         for req in waiting:
             if not req.future.done():
                 req.future.set_result(None)
+        for req in batch:
+            _settle(req)
 
     def _synced(self, durable: bool) -> None:
         """After a flush: a durable one covers every line written before it; lines
@@ -838,6 +850,17 @@ def _resolve(done: list[tuple[_Request, Any]]) -> None:
             req.future.set_result(result)
 
 
+def _settle(req: _Request) -> None:
+    """Call a done request's ``then``, once (what it raises is logged)."""
+    then = req.then
+    if then is not None:
+        req.then = None
+        try:
+            then(req.future)
+        except Exception:
+            log.exception("a request's callback failed")
+
+
 def _call_hooks(done: list[tuple[_Request, Any]]) -> None:
     """The ``on_durable`` hooks of a flush's durable requests (a request a command
     refused, or whose caller gave up, is skipped)."""
@@ -879,3 +902,5 @@ def _fail_all(batch: list[_Request], exc: BaseException) -> None:
     for req in batch:
         if not req.future.done():
             req.future.set_exception(err)
+    for req in batch:
+        _settle(req)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -504,6 +505,49 @@ async def test_kick_runs_a_batch_at_once_that_waits_on_nothing(
     assert [r["k"] for r in rec.records] == ["warm", "a", "b"]
     _, fresh = await open_log()
     assert [r["k"] for r in fresh.records] == ["warm", "a", "b"]
+
+
+async def test_then_hears_every_request_once_from_the_writer(
+    open_log: OpenLog, backend: Backend
+) -> None:
+    """submit's ``then``: called once with the done future for every request (written,
+    refused by its command, cancelled by its caller before its turn), in the order
+    submitted, by the writer once the batch's lock is let go: with no loop turn of its
+    own (where the batch waits on nothing, within the kick), after every future of the
+    batch is resolved. What it submits runs in the writer's next batch."""
+    log, rec = await open_log()
+    heard: list[tuple[str, Any, bool]] = []
+
+    def then(name: str) -> Callable[[asyncio.Future[Any]], None]:
+        def hear(future: asyncio.Future[Any]) -> None:
+            outcome = ("cancelled" if future.cancelled()
+                       else repr(future.exception()) if future.exception() else future.result())
+            batch = futures[4:] if name == "d" else futures[:4]
+            heard.append((name, outcome, all(f.done() for f in batch)))
+            if name == "a":  # joins the next batch
+                futures.append(log.submit(lambda: (recs("d"), "d"), then=then("d")))
+
+        return hear
+
+    def refuse() -> tuple[list[Record], None]:
+        raise ValueError("no")
+
+    futures = [
+        log.submit(lambda: (recs("a"), "a"), then=then("a")),
+        log.submit(refuse, then=then("b")),
+        log.submit(lambda: (recs("c"), "c"), then=then("c")),
+        log.submit(lambda: (recs("e"), "e"), then=then("e")),
+    ]
+    futures[2].cancel()
+    log.kick()
+    if not isinstance(backend, PostgresBackend):  # no I/O wait: all of it in the kick
+        assert [name for name, _, _ in heard] == ["a", "b", "c", "e", "d"]
+    await log._wait_writer()  # type: ignore[attr-defined]
+    assert heard == [  # each with the whole of its batch resolved
+        ("a", "a", True), ("b", "ValueError('no')", True), ("c", "cancelled", True),
+        ("e", "e", True), ("d", "d", True),
+    ]  # fmt: skip
+    assert [r["k"] for r in rec.records] == ["a", "e", "d"]
 
 
 async def test_a_writer_that_waits_goes_on_as_a_task_and_can_be_waited_for(
