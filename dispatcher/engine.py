@@ -570,13 +570,16 @@ class Engine:
         self, task_id: str, *, success: bool, error: str | None = None,
         attempt: int | None = None, reason: str = ev.REASON_MAX_RETRIES, result: Any = None,
         retry: bool = True,
+        then: Callable[[asyncio.Future[cmds.Refusal | None]], None] | None = None,
     ) -> asyncio.Future[cmds.Refusal | None]:  # fmt: skip
         """Submit the outcome of an attempt this daemon runs; the future resolves with
         None once written, or with the refusal. If the storage refuses the write, the
         outcome is kept and written later (the future still resolves with None). A
         success's ``result`` that cannot be one
         (:func:`~snerd.projections.commands.check_result`) fails the attempt with the
-        reason as its error. ``retry=False``: a failure that dead-letters at once."""
+        reason as its error. ``retry=False``: a failure that dead-letters at once.
+        ``then`` hears the future once it is done, from the log's writer where it can
+        (the log's ``then``: no loop turn), else as its done-callback."""
         loop = asyncio.get_running_loop()
         if success and result is not None:
             try:
@@ -591,6 +594,8 @@ class Engine:
             else:
                 message = f"task {task_id!r} has no attempt running here"
                 refused.set_result(cmds.Refusal("not_active", message))
+            if then is not None:
+                refused.add_done_callback(then)
             return refused
         self._forget(run, nudge=False)  # the slot's next claim is decided below
         command = Finish(task_id, run.attempt, success, error=error, reason=reason, result=result,
@@ -614,6 +619,11 @@ class Engine:
                 announcing.add_done_callback(lambda t: _announced(t, future, done))
             else:
                 done.set_result(future.result() if i is None else future.result()[i])
+            if then is not None:
+                if done.done():
+                    then(done)
+                else:
+                    done.add_done_callback(then)
 
         if success:  # never a dead letter: one request with the successes right before it
             self._joined(command, settle, durable=False)

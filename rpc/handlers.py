@@ -55,7 +55,8 @@ def answer_enqueue(command: p.Enqueue, engine: Engine, out: Output) -> None:
 
 
 def answer_result(command: p.Result, engine: Engine, out: Output) -> None:
-    """:func:`answer` for an attempt's outcome, from its own future (no task)."""
+    """:func:`answer` for an attempt's outcome, when its future is done (no task; from
+    the log's writer, with no loop turn of its own)."""
 
     def reply(future: asyncio.Future[cmds.Refusal | None]) -> None:
         if future.cancelled():  # the daemon is shutting down: nobody to answer
@@ -70,8 +71,8 @@ def answer_result(command: p.Result, engine: Engine, out: Output) -> None:
 
     engine.finish_soon(
         command.task_id, success=command.success, error=command.error, attempt=command.attempt,
-        result=command.result, retry=command.retry,
-    ).add_done_callback(reply)
+        result=command.result, retry=command.retry, then=reply,
+    )  # fmt: skip
 
 
 def answer_progress(command: p.Progress, engine: Engine, out: Output) -> None:

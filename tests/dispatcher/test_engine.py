@@ -301,6 +301,29 @@ async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harn
     assert engine.log.commits - commits == 3  # type: ignore[attr-defined]
 
 
+async def test_an_outcome_is_answered_by_the_log_s_writer(harness: Harness) -> None:
+    """finish_soon's ``then`` (the daemon's reply to a result line) hears the outcome
+    from the log's writer, with no loop turn of its own (a memory log's batch waits on
+    nothing: within the kick); a refused outcome's, as its future's done-callback."""
+    gate = asyncio.Event()
+
+    async def hold(_: Any) -> None:
+        await gate.wait()
+
+    engine = await harness.engine({"t": hold})
+    await engine.enqueue(_enqueue("x"))
+    await settle(engine, lambda: "x" in engine.runs)
+    heard: list[Any] = []
+    engine.finish_soon("x", success=True, attempt=1, then=lambda f: heard.append(f.result()))
+    engine.log.kick()
+    assert heard == [None]
+    engine.finish_soon("x", success=True, attempt=1, then=lambda f: heard.append(f.result()))
+    await asyncio.sleep(0)
+    assert heard[1:] and heard[1].code == "unknown_task"
+    gate.set()  # the handler's own outcome comes too late: refused, nothing written
+    await settle(engine, lambda: not engine.state.tasks)
+
+
 async def test_an_early_answer_that_raises_leaves_it_to_the_reply(harness: Harness) -> None:
     """If ``acked`` raises (a bug), the enqueue is still answered, by its ``reply``."""
     engine = await harness.engine({"t": _noop})
