@@ -146,13 +146,15 @@ def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None
     asyncio.get_running_loop().create_task(answer(command, engine, session.out))
 
 
-def _kick(file_log: EventLog) -> None:
+def _kick(file_log: EventLog, out: Output) -> None:
     """A read's lines are handled: what they submitted runs now (its batch, the ack),
-    not on the loop's next turn. A failure there is the writer's, never the reader's."""
+    not on the loop's next turn, and the lines it wrote (``execute`` lines, replies)
+    leave now too. A failure there is the writer's, never the reader's."""
     try:
         file_log.kick()
     except Exception:
         log.exception("the log's writer failed to start")
+    out.flush()
 
 
 Cleanup = Callable[[], Awaitable[object]]
@@ -206,7 +208,7 @@ async def serve(
         session.out.write(p.error(message, code=p.LINE_TOO_LONG))
 
     lines = Lines(lambda line: _handle_safely(line, session, engine, clock), too_long,
-                  p.MAX_LINE_BYTES, after=lambda: _kick(file_log))  # fmt: skip
+                  p.MAX_LINE_BYTES, after=lambda: _kick(file_log, out))  # fmt: skip
     await open_input(stdin or sys.stdin, lines)
     reading = lines.closed  # every line is answered or acted on, none is fatal; EOF ends
     fatal = loop.create_task(file_log.wait_fatal())

@@ -34,6 +34,7 @@ class Output:
         self._transport = transport
         self._fd = fd
         self._pending: list[bytes] = []  # lines written this loop iteration, not yet sent
+        self._sending: asyncio.Handle | None = None  # the send of ``_pending``, when due
 
     @classmethod
     async def open(cls, stream: Any) -> Output:
@@ -53,7 +54,7 @@ class Output:
             # Lines written in one loop iteration (the executes of a batch's claims,
             # replies to a burst of requests) leave in one write.
             if not self._pending:
-                asyncio.get_running_loop().call_soon(self._send)
+                self._sending = asyncio.get_running_loop().call_soon(self._send)
             self._pending.append(line)
             return
         view = memoryview(line)
@@ -69,11 +70,20 @@ class Output:
             return
         if self._pending:
             self._pending.append(line)
-            self._send()
+            self.flush()
         elif not self._transport.is_closing():
             self._transport.write(line)
 
+    def flush(self) -> None:
+        """Send the lines written so far now, not at the end of the loop's turn: for a
+        caller that writes no more this turn (the daemon, once a read's lines and the
+        batch they started are handled: its acks and ``execute`` lines)."""
+        if self._sending is not None:
+            self._sending.cancel()
+            self._send()
+
     def _send(self) -> None:
+        self._sending = None
         lines, self._pending = self._pending, []
         if lines and self._transport is not None and not self._transport.is_closing():
             self._transport.write(b"".join(lines))

@@ -39,3 +39,32 @@ async def test_write_waits_for_the_turn_and_write_now_does_not() -> None:
     finally:
         await out.close()
         os.close(fd)
+
+
+async def test_flush_sends_what_waits_for_the_turn_in_one_write_now() -> None:
+    """flush (the daemon's, after a read's lines): the lines written this turn leave at
+    once, in one write, and the send that was due at the end of the turn is called off."""
+    out, fd = await _pipe_output()
+    writes: list[bytes] = []
+    transport = out._transport
+    assert transport is not None
+    real_write = transport.write
+    transport.write = lambda data: (writes.append(bytes(data)), real_write(data))[1]  # type: ignore[method-assign]
+    try:
+        out.write(b"a\n")
+        out.write(b"b\n")
+        due = out._sending
+        out.flush()
+        assert _drain(fd) == b"a\nb\n" and writes == [b"a\nb\n"]
+        assert due is not None and due.cancelled()
+        out.flush()  # nothing waits: nothing happens
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert _drain(fd) == b"" and writes == [b"a\nb\n"]
+        out.write(b"c\n")
+        out.write_now(b"d\n")
+        await asyncio.sleep(0)
+        assert _drain(fd) == b"c\nd\n" and writes == [b"a\nb\n", b"c\nd\n"]
+    finally:
+        await out.close()
+        os.close(fd)
