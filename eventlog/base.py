@@ -134,10 +134,16 @@ class EventLog(abc.ABC):
         submits what needs it on its own."""
         return False
 
+    def hold(self) -> None:
+        """What :meth:`submit` queues from now on waits for :meth:`kick`, which the caller
+        promises to call before it returns to the loop, where a backend can (it then
+        schedules nothing on the loop in between). This default does nothing."""
+        return None
+
     def kick(self) -> None:
         """Run what :meth:`submit` queued now rather than on the loop's next turn, where
         a backend can (a caller that submitted all it will this turn: the daemon, after
-        a read's lines). This default does nothing."""
+        a read's lines); ends a :meth:`hold`. This default does nothing."""
         return None
 
     async def append(self, records: Sequence[Record], *, durable: bool = True) -> None:

@@ -111,6 +111,8 @@ class BatchingLog(EventLog):
         self._writing = False  # a writer is due to start, or running (:meth:`_drain`)
         self._writer: asyncio.Task[None] | None = None  # the writer, once it waits on I/O
         self._start: asyncio.Handle | None = None  # the writer's start, when due
+        self._holding = False  # the writer due to start waits for a kick (:meth:`hold`)
+        self._start_due = False  # a start held back for the kick
         self._failure: BaseException | None = None
         self._closing = False
         self._last_seq = 0
@@ -532,14 +534,27 @@ class BatchingLog(EventLog):
         self.submitted += 1
         if not self._writing:
             self._writing = True
-            self._start = loop.call_soon(self._start_writer)
+            if self._holding:
+                self._start_due = True
+            else:
+                self._start = loop.call_soon(self._start_writer)
         return future
+
+    def hold(self) -> None:
+        """Until the next :meth:`kick`, a writer due to start waits for it rather than
+        for the loop's next turn (no start is scheduled, none is called off): for a
+        caller that kicks in the same call, once it has submitted all it will."""
+        self._holding = True
 
     def kick(self) -> None:
         """Start the writer now if it is due to start, instead of on the loop's next
         turn: for a caller that has submitted everything it will this turn (the daemon,
-        once it has handled a read's lines). Nothing else changes."""
-        if self._start is not None:
+        once it has handled a read's lines). Ends a :meth:`hold`."""
+        self._holding = False
+        if self._start_due:
+            self._start_due = False
+            self._start_writer()
+        elif self._start is not None:
             self._start.cancel()
             self._start_writer()
 

@@ -146,6 +146,13 @@ def _handle(line: bytes, session: Session, engine: Engine, clock: Clock) -> None
     asyncio.get_running_loop().create_task(answer(command, engine, session.out))
 
 
+def _hold(file_log: EventLog, out: Output) -> None:
+    """A read's lines are about to be handled: what they submit and write waits for
+    :func:`_kick`, which follows in the same call (nothing is scheduled in between)."""
+    file_log.hold()
+    out.hold()
+
+
 def _kick(file_log: EventLog, out: Output) -> None:
     """A read's lines are handled: what they submitted runs now (its batch, the ack),
     not on the loop's next turn, and the lines it wrote (``execute`` lines, replies)
@@ -208,7 +215,8 @@ async def serve(
         session.out.write(p.error(message, code=p.LINE_TOO_LONG))
 
     lines = Lines(lambda line: _handle_safely(line, session, engine, clock), too_long,
-                  p.MAX_LINE_BYTES, after=lambda: _kick(file_log, out))  # fmt: skip
+                  p.MAX_LINE_BYTES, before=lambda: _hold(file_log, out),
+                  after=lambda: _kick(file_log, out))  # fmt: skip
     await open_input(stdin or sys.stdin, lines)
     reading = lines.closed  # every line is answered or acted on, none is fatal; EOF ends
     fatal = loop.create_task(file_log.wait_fatal())

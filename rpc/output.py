@@ -35,6 +35,7 @@ class Output:
         self._fd = fd
         self._pending: list[bytes] = []  # lines written this loop iteration, not yet sent
         self._sending: asyncio.Handle | None = None  # the send of ``_pending``, when due
+        self._holding = False  # lines wait for flush, no send is scheduled (:meth:`hold`)
 
     @classmethod
     async def open(cls, stream: Any) -> Output:
@@ -53,7 +54,7 @@ class Output:
         if self._transport is not None:
             # Lines written in one loop iteration (the executes of a batch's claims,
             # replies to a burst of requests) leave in one write.
-            if not self._pending:
+            if not self._pending and not self._holding:
                 self._sending = asyncio.get_running_loop().call_soon(self._send)
             self._pending.append(line)
             return
@@ -70,16 +71,27 @@ class Output:
             return
         if self._pending:
             self._pending.append(line)
-            self.flush()
+            if self._sending is not None:
+                self._sending.cancel()
+            self._send()
         elif not self._transport.is_closing():
             self._transport.write(line)
+
+    def hold(self) -> None:
+        """Until the next :meth:`flush`, lines written wait for it (no send is scheduled
+        on the loop): for a caller that flushes in the same call."""
+        self._holding = True
 
     def flush(self) -> None:
         """Send the lines written so far now, not at the end of the loop's turn: for a
         caller that writes no more this turn (the daemon, once a read's lines and the
-        batch they started are handled: its acks and ``execute`` lines)."""
+        batch they started are handled: its acks and ``execute`` lines). Ends a
+        :meth:`hold`."""
+        self._holding = False
         if self._sending is not None:
             self._sending.cancel()
+            self._send()
+        elif self._pending:
             self._send()
 
     def _send(self) -> None:
@@ -121,16 +133,19 @@ def _read_blocking(fd: int) -> bytes:
 
 class Lines:
     """Splits a byte stream into lines and hands each to ``on_line`` the moment its
-    chunk arrives (from the transport's own callback: no task wakes up per read), then
-    calls ``after`` (if given) once the chunk's lines are handled. A line longer than
+    chunk arrives (from the transport's own callback: no task wakes up per read). For
+    a chunk that completes any line, ``before`` (if given) is called first and ``after``
+    (if given) once its lines are handled, whatever they raised. A line longer than
     ``max_bytes`` is dropped whole and reported to ``too_long`` once. ``closed``
     resolves at EOF, after the last line (one without its newline too)."""
 
     def __init__(self, on_line: Callable[[bytes], None], too_long: Callable[[], None],
-                 max_bytes: int, after: Callable[[], None] | None = None) -> None:  # fmt: skip
+                 max_bytes: int, before: Callable[[], None] | None = None,
+                 after: Callable[[], None] | None = None) -> None:  # fmt: skip
         self._on_line = on_line
         self._too_long = too_long
         self._max = max_bytes
+        self._before = before
         self._after = after
         self._buffer = b""
         self._skipping = False  # inside a line that is already known to be too long
@@ -145,21 +160,27 @@ class Lines:
                 return
             buffer, self._skipping = buffer[end + 1 :], False
         *lines, self._buffer = buffer.split(b"\n")
-        for line in lines:
-            self._on_line(line)
+        if lines:
+            self._handle(lines)
         if len(self._buffer) > self._max:
             self._too_long()
             self._buffer, self._skipping = b"", True
-        if lines and self._after is not None:
-            self._after()
+
+    def _handle(self, lines: list[bytes]) -> None:
+        if self._before is not None:
+            self._before()
+        try:
+            for line in lines:
+                self._on_line(line)
+        finally:
+            if self._after is not None:
+                self._after()
 
     def eof(self) -> None:
         if self.closed.done():
             return
         if self._buffer and not self._skipping:
-            self._on_line(self._buffer)  # a last line without its newline
-            if self._after is not None:
-                self._after()
+            self._handle([self._buffer])  # a last line without its newline
         self._buffer = b""
         self.closed.set_result(None)
 

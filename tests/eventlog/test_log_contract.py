@@ -507,6 +507,23 @@ async def test_kick_runs_a_batch_at_once_that_waits_on_nothing(
     assert [r["k"] for r in fresh.records] == ["warm", "a", "b"]
 
 
+async def test_a_held_writer_waits_for_the_kick(open_log: OpenLog) -> None:
+    """hold: what is submitted until the kick schedules nothing on the loop (the loop's
+    turns pass and the writer does not start); the kick starts it, as without a hold."""
+    log, rec = await open_log()
+    log.hold()
+    first = log.submit(lambda: (recs("a"), "a"))
+    second = log.submit(lambda: (recs("b"), "b"), durable=False)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not first.done() and not second.done() and rec.records == []
+    log.kick()
+    assert await asyncio.gather(first, second) == ["a", "b"]
+    third = log.submit(lambda: (recs("c"), "c"))  # the hold ended with the kick
+    assert await asyncio.wait_for(third, 10) == "c"
+    assert [r["k"] for r in rec.records] == ["a", "b", "c"]
+
+
 async def test_then_hears_every_request_once_from_the_writer(
     open_log: OpenLog, backend: Backend
 ) -> None:

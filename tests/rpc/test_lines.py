@@ -37,23 +37,34 @@ def test_a_line_past_the_bound_is_dropped_whole_and_reported_once() -> None:
     assert seen == [b"ok", b"next"] and long == 1
 
 
-def test_after_is_called_once_a_chunk_s_lines_are_handled() -> None:
-    """``after`` (the daemon's kick of the log's writer) follows the last line of each
-    chunk that completed any, and the last line at EOF; a chunk with no whole line, or
-    one whose lines are all skipped as too long, does not call it."""
+def test_before_and_after_frame_each_chunk_s_lines() -> None:
+    """``before`` and ``after`` (the daemon's hold and kick of the log's writer) frame
+    the lines of each chunk that completed any, and the last line at EOF, ``after`` even
+    when a line raised; a chunk with no whole line, or whose lines are all skipped as
+    too long, calls neither."""
 
     async def go() -> list[object]:
         heard: list[object] = []
-        lines = Lines(heard.append, lambda: heard.append("too long"), 10,
+
+        def on_line(line: bytes) -> None:
+            heard.append(line)
+            if line == b"boom":
+                raise RuntimeError("a line's bug")
+
+        lines = Lines(on_line, lambda: heard.append("too long"), 10,
+                      before=lambda: heard.append("before"),
                       after=lambda: heard.append("after"))  # fmt: skip
         for chunk in (b"a\nb", b"c\n", b"d", b"x" * 12, b"x\ne\nf"):
             lines.feed(chunk)
+        with pytest.raises(RuntimeError):
+            lines.feed(b"\nboom\n")
         lines.eof()
         return heard
 
     assert asyncio.run(go()) == [
-        b"a", "after", b"bc", "after", "too long", b"e", "after", b"f", "after"
-    ]
+        "before", b"a", "after", "before", b"bc", "after", "too long",
+        "before", b"e", "after", "before", b"f", b"boom", "after",
+    ]  # fmt: skip
 
 
 @given(st.lists(st.binary(max_size=8).map(lambda b: b.replace(b"\n", b"")), max_size=12),

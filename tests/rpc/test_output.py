@@ -65,6 +65,19 @@ async def test_flush_sends_what_waits_for_the_turn_in_one_write_now() -> None:
         out.write_now(b"d\n")
         await asyncio.sleep(0)
         assert _drain(fd) == b"c\nd\n" and writes == [b"a\nb\n", b"c\nd\n"]
+        out.hold()  # lines wait for the flush: no send is scheduled meanwhile
+        out.write(b"e\n")
+        out.write_now(b"f\n")  # at once all the same (the ack), the hold goes on
+        out.write(b"g\n")
+        assert out._sending is None and writes[2:] == [b"e\nf\n"]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert writes[3:] == []
+        out.flush()
+        assert writes[3:] == [b"g\n"] and _drain(fd) == b"e\nf\ng\n"
+        out.write(b"h\n")  # the hold ended with the flush
+        await asyncio.sleep(0)
+        assert writes[4:] == [b"h\n"]
     finally:
         await out.close()
         os.close(fd)
