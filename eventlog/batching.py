@@ -112,6 +112,7 @@ class BatchingLog(EventLog):
         self._writer: asyncio.Task[None] | None = None  # the writer, once it waits on I/O
         self._start: asyncio.Handle | None = None  # the writer's start, when due
         self._holding = False  # the writer due to start waits for a kick (:meth:`hold`)
+        self._thens = 0  # queued requests that have a ``then``
         self._start_due = False  # a start held back for the kick
         self._failure: BaseException | None = None
         self._closing = False
@@ -532,6 +533,8 @@ class BatchingLog(EventLog):
         future = loop.create_future()
         self._queue.append(_Request(command, records, durable, future, on_durable, then))
         self.submitted += 1
+        if then is not None:
+            self._thens += 1
         if not self._writing:
             self._writing = True
             if self._holding:
@@ -577,6 +580,7 @@ class BatchingLog(EventLog):
                 self._idle_hook and await self._idle_safely()
             ):
                 batch, self._queue = self._queue, []
+                thens, self._thens = self._thens, 0
                 if self._stale:
                     await self._recover_if_due()
                 try:
@@ -584,7 +588,7 @@ class BatchingLog(EventLog):
                         raise self._failure
                     if self.degraded:
                         self._run_degraded(batch)
-                    elif await self._run_batch(batch):
+                    elif await self._run_batch(batch, thens > 0):
                         self._written_past_fault()
                 except StorageUnavailable as exc:
                     self._enter_fault(exc)
@@ -600,7 +604,7 @@ class BatchingLog(EventLog):
             if self._queue:
                 assert self._failure is not None
                 _fail_all(self._queue, self._failure)
-                self._queue = []
+                self._queue, self._thens = [], 0
         finally:
             self._writing = False
             self._writer = None
@@ -617,7 +621,7 @@ class BatchingLog(EventLog):
             self._fail(exc)
             return False
 
-    async def _run_batch(self, batch: list[_Request]) -> bool:
+    async def _run_batch(self, batch: list[_Request], thens: bool = True) -> bool:
         """Run the batch under the lock; return whether it wrote anything.
 
         A batch is made durable (fsync) when any request in it asks for durability and
@@ -635,7 +639,8 @@ class BatchingLog(EventLog):
         they are written and the ``on_durable`` hooks of a durable write have run: the
         fold of what a durable write carries is not on the way to its ack. When a write
         fails, the listener hears its records all the same, as before the write, and the
-        fault's recovery reads back what the storage holds."""
+        fault's recovery reads back what the storage holds. ``thens``: whether any
+        request has a ``then`` to call (none: no pass over the batch for them)."""
         if all(req.command is None and not req.records for req in batch):
             await self._run_syncs(batch)
             return False
@@ -659,8 +664,9 @@ class BatchingLog(EventLog):
             _call_hooks(done)
             self._deliver_held()  # under the lock: before anything another writer adds
         _resolve(done)
-        for req in batch:  # every one is done by now: its ``then``, the lock let go
-            _settle(req)
+        if thens:
+            for req in batch:  # every one is done by now: its ``then``, the lock let go
+                _settle(req)
         return staged or wrote
 
     async def _commit(self, durable: bool) -> None:
