@@ -492,8 +492,9 @@ async def test_kick_runs_a_batch_at_once_that_waits_on_nothing(
     """kick: what was submitted runs in the call, not on the loop's next turn, where
     the batch needs no I/O wait (a file's uncontended lock and inline fsync; a list);
     a database's round trip goes on as a task from its first wait. Either way every
-    request is answered, in order, once."""
-    log, rec = await open_log(fsync=True)
+    request is answered, in order, once. (No follower, no fsync: nothing else may hold
+    the log's mutex or send the fsync to the pool, a slow disk's way.)"""
+    log, rec = await open_log(follow=False)
     await log.append(recs("warm"))
     first = log.submit(lambda: (recs("a"), "a"))
     second = log.submit(lambda: (recs("b"), "b"), durable=False)
@@ -532,7 +533,7 @@ async def test_then_hears_every_request_once_from_the_writer(
     submitted, by the writer once the batch's lock is let go: with no loop turn of its
     own (where the batch waits on nothing, within the kick), after every future of the
     batch is resolved. What it submits runs in the writer's next batch."""
-    log, rec = await open_log()
+    log, rec = await open_log(follow=False)  # (no follower holding the mutex meanwhile)
     heard: list[tuple[str, Any, bool]] = []
 
     def then(name: str) -> Callable[[asyncio.Future[Any]], None]:
