@@ -621,7 +621,7 @@ class BatchingLog(EventLog):
             self._fail(exc)
             return False
 
-    async def _run_batch(self, batch: list[_Request], thens: bool = True) -> bool:
+    async def _run_batch(self, batch: list[_Request], thens: bool) -> bool:
         """Run the batch under the lock; return whether it wrote anything.
 
         A batch is made durable (fsync) when any request in it asks for durability and
@@ -661,9 +661,7 @@ class BatchingLog(EventLog):
             durable = durable and (staged or self._unsynced)
             if staged or durable:
                 await self._commit(durable)
-            _call_hooks(done)
-            self._deliver_held()  # under the lock: before anything another writer adds
-        _resolve(done)
+            self._answer(done)  # under the lock: heard before anything another writer adds
         if thens:
             for req in batch:  # every one is done by now: its ``then``, the lock let go
                 _settle(req)

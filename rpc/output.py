@@ -71,9 +71,7 @@ class Output:
             return
         if self._pending:
             self._pending.append(line)
-            if self._sending is not None:
-                self._sending.cancel()
-            self._send()
+            self._send_now()
         elif not self._transport.is_closing():
             self._transport.write(line)
 
@@ -88,11 +86,13 @@ class Output:
         batch they started are handled: its acks and ``execute`` lines). Ends a
         :meth:`hold`."""
         self._holding = False
+        self._send_now()
+
+    def _send_now(self) -> None:
+        """:meth:`_send` at once, calling off the send that was due (if any)."""
         if self._sending is not None:
             self._sending.cancel()
-            self._send()
-        elif self._pending:
-            self._send()
+        self._send()
 
     def _send(self) -> None:
         self._sending = None
