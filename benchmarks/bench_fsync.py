@@ -1,6 +1,7 @@
 """Where the log's fsync runs, decided by measurement: inline, the pool, or one thread.
 
     python -m benchmarks.bench_fsync [--tasks N] [--rounds R]
+    python -m benchmarks.bench_fsync --gaps [--rounds R]
 
 ``FileLog`` runs an fsync on the event loop's thread while this disk's fsyncs take
 under ``INLINE_FSYNC_SECONDS`` (5 ms), else in its fsync pool, so that a slow volume
@@ -15,6 +16,15 @@ Placements: ``inline`` (what this disk gets by default), ``pool`` (every fsync h
 the pool of 4 threads: ``INLINE_FSYNC_SECONDS = 0``), ``thread`` (the same, to one
 dedicated thread). The writer awaits its batch's fsync in each, so the loop is free
 meanwhile in the last two; what they cost is the hand-off there and back.
+
+``--gaps`` asks what one fsync costs on this disk as a function of the CPU work done
+between two of them: a loop that appends a 300-byte line and fsyncs it, with a busy
+wait of 0, 50, ... us before each append, in interleaved rounds. Back to back (gap 0)
+is how the echo floor of ``bench_hotpath`` (1) and (2) and its raw writer of (6) sync;
+a queue does a task's work between two syncs. On the VMs of 2026-12-05 the answer was
+not flat: ~55 us back to back, 100-700 us (mean) after 300 us of work, so a floor that
+syncs back to back pays less for each fsync than any daemon that does work between
+them (``benchmarks/README.md``, "tenth session").
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -61,12 +73,71 @@ def _embedded(prelude: str, storage: Path, n: int, concurrent: bool) -> float:
     return float(done.stdout.split()[-1])
 
 
+GAPS = (0, 50, 100, 200, 300, 500)
+"""Microseconds of busy CPU work before each append of ``--gaps``."""
+
+
+def fsyncs_after(fd: int, gap_us: int, n: int) -> list[float]:
+    """Seconds of each of ``n`` fsyncs, each after ``gap_us`` of busy work and a
+    300-byte append to ``fd``."""
+    line = b"x" * 300 + b"\n"
+    took: list[float] = []
+    clock = time.perf_counter
+    for _ in range(n):
+        until = clock() + gap_us / 1e6
+        while clock() < until:
+            pass
+        os.write(fd, line)
+        start = clock()
+        os.fsync(fd)
+        took.append(clock() - start)
+    return took
+
+
+def gaps(directory: str, rounds: int, n: int = 2000) -> None:
+    """Print ``--gaps``' table: each gap's fsync (mean, p50, p90) against gap 0's."""
+    seen: dict[int, list[list[float]]] = {gap: [] for gap in GAPS}
+    with tempfile.TemporaryDirectory(dir=directory, prefix="snerd-fsync-") as raw_tmp:
+        fd = os.open(Path(raw_tmp) / "gaps.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for _ in range(rounds):
+                for gap in GAPS:
+                    seen[gap].append(sorted(fsyncs_after(fd, gap, n)))
+        finally:
+            os.close(fd)
+
+    def figure(gap: int, of: Callable[[list[float]], float]) -> float:
+        return statistics.median(of(run) for run in seen[gap]) * 1e6
+
+    def mean(run: list[float]) -> float:
+        return statistics.fmean(run)
+
+    def p50(run: list[float]) -> float:
+        return run[len(run) // 2]
+
+    def p90(run: list[float]) -> float:
+        return run[len(run) * 9 // 10]
+
+    print(f"one fsync after a 300-byte append, by the busy work before it; {n} fsyncs a "
+          f"gap, medians of {rounds} interleaved rounds, ratios against gap 0")  # fmt: skip
+    print(f"{'work before':>12}{'mean':>18}{'p50':>18}{'p90':>18}")
+    for gap in GAPS:
+        cells = [f"{figure(gap, f):,.0f} us ({figure(gap, f) / figure(0, f):.1f}x)"
+                 for f in (mean, p50, p90)]  # fmt: skip
+        print(f"{gap:>9} us" + "".join(f"{c:>18}" for c in cells))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=str(REPO.parent))
+    parser.add_argument("--gaps", action="store_true",
+                        help="an fsync's cost against the work before it, alone")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.gaps:
+        gaps(args.dir, args.rounds)
+        return
     n = args.tasks
     os.environ["PYTHONPATH"] = str(REPO)
     figures: dict[str, dict[str, list[float]]] = {p: {} for p in PLACEMENTS}
