@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from immutables import Map
-from pyrsistent.typing import PSet
 
 from snerd.projections import heap
 from snerd.projections.counters import CounterKey, Hist, HistKey, merged, observed
@@ -37,6 +36,7 @@ from snerd.projections.events import (
 from snerd.projections.evolve import Entry, Tables, step, step_all, tally
 from snerd.projections.pmaps import (
     EMPTY_SET,
+    IdSet,
     assoc,
     dissoc,
     get,
@@ -71,11 +71,11 @@ class Folder(Tables):
         self.dlq: Map[str, DeadLetter] = state.dlq
         self.lanes: Map[Lane, heap.Heap] = state.lanes
         self.timers: heap.Heap = state.timers
-        self.refs: Map[str, PSet[str]] = state.refs
-        self.doomed: PSet[str] = state.doomed
-        self.fingerprints: Map[str, PSet[str]] = state.fingerprints
+        self.refs: Map[str, IdSet[str]] = state.refs
+        self.doomed: IdSet[str] = state.doomed
+        self.fingerprints: Map[str, IdSet[str]] = state.fingerprints
         self.windows: Map[str, tuple[float, ...]] = state.windows
-        self.by_daemon: Map[str, PSet[str]] = state.by_daemon
+        self.by_daemon: Map[str, IdSet[str]] = state.by_daemon
         self.counters: Map[CounterKey, int] = state.counters
         self.histograms: Map[HistKey, Hist] = state.histograms
         self.n = state.n
@@ -332,15 +332,15 @@ class Folder(Tables):
             self.delta.blocked.append(task.id)
 
 
-def _without(index: Map[str, PSet[str]], key: str, task_id: str) -> Map[str, PSet[str]]:
+def _without(index: Map[str, IdSet[str]], key: str, task_id: str) -> Map[str, IdSet[str]]:
     """``index`` with ``task_id`` gone from the set under ``key`` (and an emptied set gone)."""
-    held: PSet[str] | None = get(index, key)
+    held: IdSet[str] | None = get(index, key)
     if held is None:
         return index
     rest = set_discard(held, task_id)
     if rest is held:
         return index
-    out: Map[str, PSet[str]] = assoc(index, key, rest) if rest else dissoc(index, key)
+    out: Map[str, IdSet[str]] = assoc(index, key, rest) if rest else dissoc(index, key)
     return out
 
 

@@ -6,120 +6,25 @@ the structure behind ``contextvars``): ``get``/``assoc``/``dissoc`` are its own 
 us per write through even the fast path that this module used to keep, and the fold
 makes a few per event; ``benchmarks/README.md``).
 
-The sets of ids inside the indexes (and ``doomed``) stay pyrsistent ``PSet``s: small,
-and written one element at a time. Through pyrsistent's public API a read is four
-Python calls and a write builds an evolver; :func:`set_add`, :func:`set_discard` and
-:func:`set_has` do exactly what pyrsistent 0.20's own code does on the set's map (same
-hash table, same bucket order, same growth rule, so the sets they return equal, and
-are laid out like, the ones ``add``/``discard`` return) in one call each, on its
-``_buckets``/``_size`` slots. A growth step is left to pyrsistent itself.
-
-These slots are private: at import, :func:`_agrees` checks the fast functions against
-the public API on sample maps, and if pyrsistent ever changes its layout the module
-falls back to the public methods (slower, never wrong). ``tests/projections`` checks
-the same agreement with generated operations.
+The sets of ids inside the indexes (and ``doomed``) are each an :data:`IdSet`: the same
+``Map``, from each id to ``True``. A set iterates, counts, tests membership and compares
+as its ids do; :func:`set_add` and :func:`set_discard` are one ``set`` or ``delete``
+each (~0.1 us; a pyrsistent ``PSet``, which they were, took ~1 us for either even
+through the fast path on its private layout that this module used to keep).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final, TypeVar, cast
+from collections.abc import Callable, Iterable
+from typing import Any, Final, TypeAlias, TypeVar
 
 from immutables import Map
-from pyrsistent import PMap, PSet, pmap, pset
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-_MISSING: Final = object()
-_PSet: Any = PSet
-_new = object.__new__
-_set_size: Any = getattr(PMap.__dict__.get("_size"), "__set__", None)
-_set_buckets: Any = getattr(PMap.__dict__.get("_buckets"), "__set__", None)
-
-
-def _pmap_of(size: int, buckets: Any) -> Any:
-    """``PMap(size, buckets)`` without its Python-level ``__new__`` (two slot writes)."""
-    m = _new(PMap)
-    _set_size(m, size)
-    _set_buckets(m, buckets)
-    return m
-
-
-# --- the fast versions (pyrsistent's layout) -----------------------------------------------
-
-
-def _fast_get(m: PMap[Any, Any], key: Any, default: Any = None) -> Any:
-    buckets = m._buckets
-    bucket = buckets[hash(key) % len(buckets)]
-    if bucket:
-        for k, v in bucket:
-            if k == key:
-                return v
-    return default
-
-
-def _fast_assoc(m: Any, key: Any, value: Any) -> Any:
-    buckets = m._buckets
-    index = hash(key) % len(buckets)
-    bucket = buckets[index]
-    if bucket:
-        for k, v in bucket:
-            if k == key:
-                if v is value:
-                    return m
-                if len(bucket) == 1:
-                    new = [(k, value)]
-                else:
-                    new = [(k2, value) if k2 == key else (k2, v2) for k2, v2 in bucket]
-                return _pmap_of(m._size, buckets.set(index, new))
-    size = m._size
-    if len(buckets) < 0.67 * size:  # pyrsistent grows the table here: let it
-        return m.set(key, value)
-    new = [(key, value)]
-    if bucket:
-        new.extend(bucket)
-    return _pmap_of(size + 1, buckets.set(index, new))
-
-
-def _fast_dissoc(m: Any, key: Any) -> Any:
-    """``m`` without ``key`` (``m`` itself when the key is absent: never raises)."""
-    buckets = m._buckets
-    index = hash(key) % len(buckets)
-    bucket = buckets[index]
-    if bucket:
-        new = [(k, v) for k, v in bucket if not (k == key)]  # noqa: SIM201  (as pyrsistent: no __ne__)
-        removed = len(bucket) - len(new)
-        if removed:
-            return _pmap_of(m._size - removed, buckets.set(index, new or None))
-    return m
-
-
-# --- the check of the fast versions against pyrsistent's public API -----------------------
-
-
-def _agrees() -> bool:
-    """Whether the fast functions give what the public API gives, on a sample map that
-    grows its table several times and removes keys on the way (well under 1 ms)."""
-    try:
-        m: PMap[Any, Any] = pmap()
-        reference: PMap[Any, Any] = pmap()
-        for i in range(120):
-            key = (i * 7919) % 211
-            m, reference = _fast_assoc(m, key, i), reference.set(key, i)
-            if i % 3 == 0:
-                m, reference = _fast_dissoc(m, i % 50), reference.discard(i % 50)
-        if m != reference or len(m) != len(reference) or dict(m.items()) != dict(reference):
-            return False
-        return all(_fast_get(m, k, _MISSING) == reference.get(k, _MISSING) for k in range(-5, 215))
-    except Exception:  # any surprise: use the public API
-        return False
-
-
-FAST: Final = (
-    _set_size is not None and _set_buckets is not None and hasattr(PSet, "_map") and _agrees()
-)
-"""Whether the sets' fast functions are in use (pyrsistent's layout is the one they know)."""
+IdSet: TypeAlias = Map[K, bool]
+"""A persistent set: a map from each member to ``True``."""
 
 
 # --- maps (immutables.Map) ------------------------------------------------------------------
@@ -137,32 +42,27 @@ def dissoc(m: Map[K, V], key: K) -> Map[K, V]:
     return m.delete(key) if key in m else m
 
 
-# --- sets (a PSet is a PMap of element -> True) ------------------------------------------
+# --- sets (an IdSet: a Map of member -> True) --------------------------------------------
 
 
-def set_has(s: Any, item: Any) -> bool:
+def id_set(items: Iterable[K] = ()) -> IdSet[K]:
+    """The set of ``items``."""
+    return Map((item, True) for item in items)
+
+
+def set_has(s: IdSet[K], item: K) -> bool:
     """``item in s``."""
-    if not FAST:
-        return item in s
-    return _fast_get(s._map, item, _MISSING) is not _MISSING
+    return item in s
 
 
-def set_add(s: Any, item: K) -> PSet[K]:
-    """``s.add(item)`` (``s`` itself when it already holds ``item``)."""
-    if not FAST:
-        return cast("PSet[K]", s.add(item))
-    m = s._map
-    new = _fast_assoc(m, item, True)
-    return cast("PSet[K]", s if new is m else _PSet(new))
+def set_add(s: IdSet[K], item: K) -> IdSet[K]:
+    """``s`` with ``item`` (``s`` itself when it already holds ``item``)."""
+    return s if item in s else s.set(item, True)
 
 
-def set_discard(s: Any, item: K) -> PSet[K]:
-    """``s.discard(item)`` (``s`` itself when it does not hold ``item``)."""
-    if not FAST:
-        return cast("PSet[K]", s.discard(item))
-    m = s._map
-    new = _fast_dissoc(m, item)
-    return cast("PSet[K]", s if new is m else _PSet(new))
+def set_discard(s: IdSet[K], item: K) -> IdSet[K]:
+    """``s`` without ``item`` (``s`` itself when it does not hold ``item``)."""
+    return s.delete(item) if item in s else s
 
 
-EMPTY_SET: Final[PSet[Any]] = pset()
+EMPTY_SET: Final[IdSet[Any]] = Map()

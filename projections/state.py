@@ -3,9 +3,9 @@
 ``fold(state, records) -> (state, delta)`` is pure: no I/O, no clock. Time arrives
 in records (``ts``) or as the ``now`` argument of :func:`advance`, which moves due
 timers into the ready heaps. The state is immutable (persistent maps: ``immutables``'
-HAMT for the tables and indexes, pyrsistent sets for the sets of ids, and persistent
-heaps); a fold writes new maps one key at a time through :mod:`pmaps` (one call per
-read or write), so the state it started from stays valid.
+HAMT for the tables, the indexes and the sets of ids in them (``pmaps.IdSet``), and
+persistent heaps); a fold writes new maps one key at a time through :mod:`pmaps` (one
+call per read or write), so the state it started from stays valid.
 
 Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
 
@@ -29,14 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from immutables import Map
-from pyrsistent import PSet, pset
-from pyrsistent.typing import PSet as PSetT
 
 from snerd.projections import heap
 from snerd.projections.counters import CounterKey, Hist, HistKey
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
 from snerd.projections.events import Record, decode
-from snerd.projections.pmaps import assoc, get
+from snerd.projections.pmaps import IdSet, assoc, get, id_set
 from snerd.projections.rules import phase_for
 from snerd.projections.slots import fast_init
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, with_
@@ -61,11 +59,11 @@ class QueueState:
     dlq: Map[str, DeadLetter] = field(default_factory=Map)
     lanes: Map[Lane, heap.Heap] = field(default_factory=Map)
     timers: heap.Heap = None
-    refs: Map[str, PSetT[str]] = field(default_factory=Map)
-    doomed: PSetT[str] = field(default_factory=pset)
-    fingerprints: Map[str, PSetT[str]] = field(default_factory=Map)
+    refs: Map[str, IdSet[str]] = field(default_factory=Map)
+    doomed: IdSet[str] = field(default_factory=Map)
+    fingerprints: Map[str, IdSet[str]] = field(default_factory=Map)
     windows: Map[str, tuple[float, ...]] = field(default_factory=Map)
-    by_daemon: Map[str, PSetT[str]] = field(default_factory=Map)
+    by_daemon: Map[str, IdSet[str]] = field(default_factory=Map)
     counters: Map[CounterKey, int] = field(default_factory=Map)
     histograms: Map[HistKey, Hist] = field(default_factory=Map)
     n: int = 0  # records folded: the source of FIFO order
@@ -206,11 +204,11 @@ def from_tables(
         dlq=Map(dlq),
         lanes=Map({lane: heap.from_keys(keys) for lane, keys in lane_keys.items()}),
         timers=heap.from_keys(timer_keys),
-        refs=Map({k: pset(v) for k, v in refs.items()}),
-        doomed=pset(doomed),
-        fingerprints=Map({k: pset(v) for k, v in fingerprints.items()}),
+        refs=Map({k: id_set(v) for k, v in refs.items()}),
+        doomed=id_set(doomed),
+        fingerprints=Map({k: id_set(v) for k, v in fingerprints.items()}),
         windows=Map({g: tuple(sorted(t)) for g, t in windows.items() if t}),
-        by_daemon=Map({k: pset(v) for k, v in by_daemon.items()}),
+        by_daemon=Map({k: id_set(v) for k, v in by_daemon.items()}),
         counters=Map(counters or {}),
         histograms=Map(histograms or {}),
         n=n,
@@ -222,8 +220,8 @@ def from_tables(
 __all__ = [
     "BLOCKED",
     "DeadLetter",
+    "IdSet",
     "Map",
-    "PSet",
     "QueueState",
     "advance",
     "apply",
