@@ -317,6 +317,22 @@ async def embedded_run(storage: Path, n: int, concurrent: bool) -> float:
         return n / (time.perf_counter() - start)
 
 
+def _disk(tmp: Path, n: int = 1000) -> None:
+    """Print what this disk's fsync costs back to back (as the floors sync) and after
+    300 us of CPU work (as a queue syncs): the ratios below depend on both
+    (``bench_fsync --gaps``)."""
+    from benchmarks.bench_fsync import fsyncs_after
+
+    fd = os.open(tmp / "disk.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        close, apart = fsyncs_after(fd, 0, n), fsyncs_after(fd, 300, n)
+    finally:
+        os.close(fd)
+    print(f"this disk: an fsync takes {statistics.fmean(close) * 1e6:.0f} us back to back, "
+          f"{statistics.fmean(apart) * 1e6:.0f} us after 300 us of CPU work (means of {n}; "
+          "bench_fsync --gaps)")  # fmt: skip
+
+
 def _line(label: str, value: str, goal: str, ok: bool | None) -> None:
     mark = "" if ok is None else ("  ok" if ok else "  BELOW GOAL")
     print(f"{label:<58} {value:<30} goal {goal}{mark}")
@@ -462,6 +478,7 @@ def main() -> None:
             echo_runs.append(asyncio.run(sdk_run(echo_bin, tmp / f"e{round_}", n, False)))
             runner_runs.append(asyncio.run(sdk_run(runner_bin, tmp / f"r{round_}", n, True)))
             runs.append(asyncio.run(sdk_run(ours_bin, tmp / f"o{round_}", n, True)))
+        _disk(tmp)
         echo_rate = statistics.median(r for r, _ in echo_runs)
         runner_rate = statistics.median(r for r, _ in runner_runs)
         ours_rate = statistics.median(r for r, _ in runs)
