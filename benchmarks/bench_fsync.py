@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_fsync [--tasks N] [--rounds R]
     python -m benchmarks.bench_fsync --gaps [--rounds R]
+    python -m benchmarks.bench_fsync --syncs [--rounds R]
 
 ``FileLog`` runs an fsync on the event loop's thread while this disk's fsyncs take
 under ``INLINE_FSYNC_SECONDS`` (5 ms), else in its fsync pool, so that a slow volume
@@ -25,6 +26,13 @@ a queue does a task's work between two syncs. On the VMs of 2026-12-05 the answe
 not flat: ~55 us back to back, 100-700 us (mean) after 300 us of work, so a floor that
 syncs back to back pays less for each fsync than any daemon that does work between
 them (``benchmarks/README.md``, "tenth session").
+
+``--syncs`` asks which part of such an fsync is the file's growth: back to back and
+after 300 us of work, it compares the log's way (append, ``fsync``) with an append and
+``fdatasync``, and with an overwrite, in place, of bytes that were already written,
+zeros preallocated and synced beforehand, and ``fdatasync`` (what a database does with
+its pre-zeroed write-ahead log segments: no size or extent to commit, only the data and
+the disk's flush). Each against the log's way at the same gap.
 """
 
 from __future__ import annotations
@@ -94,6 +102,79 @@ def fsyncs_after(fd: int, gap_us: int, n: int) -> list[float]:
     return took
 
 
+SYNCS = ("append + fsync", "append + fdatasync", "overwrite + fdatasync")
+"""The three ways of ``--syncs`` (the first is the log's)."""
+
+
+def syncs_after(fd: int, how: str, gap_us: int, n: int) -> list[float]:
+    """Seconds of each of ``n`` syncs of a 300-byte line written the way ``how`` names
+    (one of SYNCS), each after ``gap_us`` of busy work. For an overwrite, ``fd`` holds
+    at least ``n`` lines' worth of zeros, written and synced; it is overwritten from 0."""
+    line = b"x" * 300 + b"\n"
+    overwrite = how == SYNCS[2]
+    sync = os.fsync if how == SYNCS[0] else os.fdatasync
+    took: list[float] = []
+    clock = time.perf_counter
+    for i in range(n):
+        until = clock() + gap_us / 1e6
+        while clock() < until:
+            pass
+        if overwrite:
+            os.pwrite(fd, line, i * len(line))
+        else:
+            os.write(fd, line)
+        start = clock()
+        sync(fd)
+        took.append(clock() - start)
+    return took
+
+
+def sync_ways(directory: str, rounds: int, n: int = 2000) -> None:
+    """Print ``--syncs``' table: each way's sync (mean, p50, p90) at gaps 0 and 300 us,
+    against the log's way (append + fsync) at the same gap."""
+    seen: dict[tuple[str, int], list[list[float]]] = {}
+    with tempfile.TemporaryDirectory(dir=directory, prefix="snerd-fsync-") as raw_tmp:
+        for round_ in range(rounds):
+            for gap in (0, 300):
+                for how in SYNCS:
+                    path = Path(raw_tmp) / f"{round_}-{gap}-{SYNCS.index(how)}.log"
+                    if how == SYNCS[2]:
+                        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                        os.write(fd, bytes(301 * n))
+                        os.fsync(fd)
+                    else:
+                        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    try:
+                        runs = seen.setdefault((how, gap), [])
+                        runs.append(sorted(syncs_after(fd, how, gap, n)))
+                    finally:
+                        os.close(fd)
+    print(f"one sync of a 300-byte line, three ways, back to back and after 300 us of "
+          f"work; {n} syncs a way, medians of {rounds} interleaved rounds, ratios against "
+          f"append + fsync at the same gap")  # fmt: skip
+    print(f"{'way':>24}{'work before':>13}{'mean':>18}{'p50':>18}{'p90':>18}")
+    for gap in (0, 300):
+        for how in SYNCS:
+            cells = []
+            for of in (_mean, _p50, _p90):
+                value = statistics.median(of(run) for run in seen[(how, gap)]) * 1e6
+                base = statistics.median(of(run) for run in seen[(SYNCS[0], gap)]) * 1e6
+                cells.append(f"{value:,.0f} us ({value / base:.2f}x)")
+            print(f"{how:>24}{gap:>10} us" + "".join(f"{c:>18}" for c in cells))
+
+
+def _mean(run: list[float]) -> float:
+    return statistics.fmean(run)
+
+
+def _p50(run: list[float]) -> float:
+    return run[len(run) // 2]
+
+
+def _p90(run: list[float]) -> float:
+    return run[len(run) * 9 // 10]
+
+
 def gaps(directory: str, rounds: int, n: int = 2000) -> None:
     """Print ``--gaps``' table: each gap's fsync (mean, p50, p90) against gap 0's."""
     seen: dict[int, list[list[float]]] = {gap: [] for gap in GAPS}
@@ -109,21 +190,12 @@ def gaps(directory: str, rounds: int, n: int = 2000) -> None:
     def figure(gap: int, of: Callable[[list[float]], float]) -> float:
         return statistics.median(of(run) for run in seen[gap]) * 1e6
 
-    def mean(run: list[float]) -> float:
-        return statistics.fmean(run)
-
-    def p50(run: list[float]) -> float:
-        return run[len(run) // 2]
-
-    def p90(run: list[float]) -> float:
-        return run[len(run) * 9 // 10]
-
     print(f"one fsync after a 300-byte append, by the busy work before it; {n} fsyncs a "
           f"gap, medians of {rounds} interleaved rounds, ratios against gap 0")  # fmt: skip
     print(f"{'work before':>12}{'mean':>18}{'p50':>18}{'p90':>18}")
     for gap in GAPS:
         cells = [f"{figure(gap, f):,.0f} us ({figure(gap, f) / figure(0, f):.1f}x)"
-                 for f in (mean, p50, p90)]  # fmt: skip
+                 for f in (_mean, _p50, _p90)]  # fmt: skip
         print(f"{gap:>9} us" + "".join(f"{c:>18}" for c in cells))
 
 
@@ -134,9 +206,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", default=str(REPO.parent))
     parser.add_argument("--gaps", action="store_true",
                         help="an fsync's cost against the work before it, alone")  # fmt: skip
+    parser.add_argument(
+        "--syncs",
+        action="store_true",
+        help="append + fsync against fdatasync and an overwrite in place",
+    )
     args = parser.parse_args(argv)
     if args.gaps:
         gaps(args.dir, args.rounds)
+        return
+    if args.syncs:
+        sync_ways(args.dir, args.rounds)
         return
     n = args.tasks
     os.environ["PYTHONPATH"] = str(REPO)
