@@ -4,6 +4,12 @@
 
 (a) raw baseline: one ``os.write`` + ``os.fsync`` per appended line;
 (b) FileLog group commit: 32 coroutines appending concurrently, fsync on; ratio to (a);
+    beside it, a floor: the least group commit that does a line's required work as
+    FileLog does it (the seq stamped into a copy, ``orjson``, the checksum chain's seal
+    by ``Chain.seal_all``), with nothing else: 32 coroutines each awaiting a future, one
+    writer draining them all, one ``write`` and one ``fsync`` a batch, no lock, no
+    listener, no fault handling (its log must verify as a FileLog's does, or the run
+    stops);
 (c) replay of a generated 1,000,000-record log through ``FileLog.open`` with a
     counting listener (or, with ``--fold``, the projections' bulk fold), in a child
     process so its peak RSS is its own; ratios to a naive ``json.loads`` line loop
@@ -42,6 +48,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
 import orjson
 
 from snerd.eventlog.base import Record, SkippedLine
+from snerd.eventlog.chain import GENESIS, Chain, verify
 from snerd.eventlog.filelog import FileLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,6 +112,58 @@ async def _group_commit(storage: Path, n: int) -> tuple[float, int]:
 def bench_group_commit(storage: Path, n: int) -> tuple[float, int]:
     """(appends/s, commits) of FileLog under CONCURRENCY concurrent appenders."""
     return asyncio.run(_group_commit(storage, n))
+
+
+async def _floor_group_commit(storage: Path, n: int) -> float:
+    loop = asyncio.get_running_loop()
+    chain = Chain()
+    fd = os.open(storage / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    queue: list[tuple[Record, asyncio.Future[None]]] = []
+    head, seq, writing = GENESIS, 0, False
+
+    def drain() -> None:
+        nonlocal head, seq, queue, writing
+        while queue:
+            batch, queue = queue, []
+            bodies = []
+            for record, _ in batch:
+                seq += 1
+                bodies.append(orjson.dumps({**record, "seq": seq}))
+            head, lines = chain.seal_all(head, bodies)
+            os.write(fd, b"".join(lines))
+            os.fsync(fd)
+            for _, future in batch:
+                future.set_result(None)
+        writing = False
+
+    def append(record: Record) -> asyncio.Future[None]:
+        nonlocal writing
+        future = loop.create_future()
+        queue.append((record, future))
+        if not writing:
+            writing = True
+            loop.call_soon(drain)
+        return future
+
+    per = n // CONCURRENCY
+    batches = [[_enqueued(w * per + i, 0, 0) for i in range(per)] for w in range(CONCURRENCY)]
+
+    async def appender(worker: int) -> None:
+        for record in batches[worker]:
+            await append(record)
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(appender(w) for w in range(CONCURRENCY)))
+        return per * CONCURRENCY / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+
+
+def bench_floor_group_commit(storage: Path, n: int) -> float:
+    """Appends/s of the least group commit that seals each line as FileLog does (see
+    the module's (b)), under CONCURRENCY concurrent appenders."""
+    return asyncio.run(_floor_group_commit(storage, n))
 
 
 # ------------------------------------------------------------------ (c) replay
@@ -290,8 +349,6 @@ def _report(work: Path, args: argparse.Namespace) -> None:
 
 def bench_chain(n: int, key: bytes | None) -> tuple[float, float]:
     """Seconds to encode ``n`` records without the chain, and with it (same records)."""
-    from snerd.eventlog.chain import GENESIS, Chain
-
     records = [_enqueued(i, i + 1, 1_760_000_000_000 + i) for i in range(n)]
     dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
     seal_all = Chain(key).seal_all
@@ -327,14 +384,19 @@ def _report_chain(n: int, rounds: int) -> None:
 
 
 def _report_appends(work: Path, args: argparse.Namespace) -> None:
-    raws, rates, per_commit = [], [], []
-    for i in range(args.rounds):  # interleaved, so both see the same disk weather
+    raws, rates, per_commit, floors = [], [], [], []
+    for i in range(args.rounds):  # interleaved, so all see the same disk weather
         raws.append(bench_raw(work, args.raw_appends))
         (work / f"gc{i}").mkdir()
         rate, commits = bench_group_commit(work / f"gc{i}", args.appends)
         rates.append(rate)
         per_commit.append(args.appends / commits)
-    raw, rate = statistics.median(raws), statistics.median(rates)
+        (work / f"floor{i}").mkdir()
+        floors.append(bench_floor_group_commit(work / f"floor{i}", args.appends))
+    checked = verify([work / f"floor{args.rounds - 1}" / "floor.log"])
+    if checked.breaks or checked.chained != args.appends // CONCURRENCY * CONCURRENCY:
+        sys.exit(f"bench_log: the floor's log does not verify as FileLog's would: {checked}")
+    raw, rate, floor = statistics.median(raws), statistics.median(rates), statistics.median(floors)
     print(
         f"(a) raw write+fsync per line     : {raw:10,.0f} appends/s  (1.00x)  "
         f"[median of {args.rounds}: {_span(raws)}]"
@@ -343,6 +405,11 @@ def _report_appends(work: Path, args: argparse.Namespace) -> None:
         f"(b) FileLog, {CONCURRENCY} appenders, fsync : {rate:10,.0f} appends/s  "
         f"({rate / raw:.1f}x raw; {statistics.median(per_commit):.1f} appends per fsync)  "
         f"[{_span(rates)}]"
+    )
+    print(
+        f"    the floor: the same appends, only the seq, orjson and the chain's seal: "
+        f"{floor:,.0f} appends/s ({floor / raw:.1f}x raw; FileLog {rate / floor:.2f}x it)  "
+        f"[{_span(floors)}]"
     )
 
 
