@@ -1,6 +1,7 @@
 """A third floor for issue 8's (1): our own pure core with the least glue around it.
 
     python -m benchmarks.bench_core_floor [--tasks N] [--rounds R] [--dir DIR] [--compiled]
+    python -m benchmarks.bench_core_floor --embedded [--tasks N] [--rounds R] [--compiled]
 
 ``bench_hotpath`` (1) compares our daemon with an echo daemon (append, fsync, ack) and
 with one that also runs each task (``RUNNER``): floors with no queue at all. This asks
@@ -28,6 +29,15 @@ and system) per task. With ``--compiled``, ``CORE`` and ours import this tree as
 a copy), as ``bench_hotpath --compiled`` does. Nothing here is a goal; the gap between
 ``CORE`` and ours is what any rework of the glue can win at most, the gap between the
 echo and ``CORE`` what only a cheaper core can.
+
+``--embedded`` asks the same of (5) sequential: in interleaved rounds, huey's
+``SqliteHuey(fsync=True)`` as ``bench_hotpath`` (5) runs it, our embedded ``snerd.Queue``
+awaiting each enqueue (the same), and ``CORE`` in-process: a plain loop that does a
+task's required work with the pure core and nothing else (decide the enqueue, stamp,
+seal, write, ``fsync``, fold; plan and decide the claim, write, fold; call a no-op
+handler; decide the success, write, fold, left for the next ``fsync`` to make durable).
+No event loop, no futures, no engine, no lock. Rates as ratios to huey's; the goal of
+(5) is 2x.
 """
 
 from __future__ import annotations
@@ -154,6 +164,100 @@ asyncio.run(main())
 """The core-only daemon; ``%(after)r`` is whether it folds after the ack."""
 
 
+def core_embedded(storage: Path, n: int) -> float:
+    """Tasks/s of ``--embedded``'s ``CORE``: n tasks, one at a time, in this process."""
+    import time
+
+    import orjson
+
+    from snerd.eventlog.chain import GENESIS, Chain
+    from snerd.eventlog.codec import encode_body
+    from snerd.projections.commands import Claim, Enqueue, Finish
+    from snerd.projections.decide import decide, planned_claims
+    from snerd.projections.events import Record, decode
+    from snerd.projections.plan import plan
+    from snerd.projections.state import empty, fold_events
+
+    storage.mkdir(parents=True, exist_ok=True)
+    fd = os.open(storage / "core.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    chain = Chain(None)
+    head, state, seq = GENESIS, empty(), 0
+
+    def commit(records: list[Record]) -> None:
+        nonlocal head, state, seq
+        stamped = []
+        for record in records:
+            seq += 1
+            stamped.append({**record, "seq": seq})
+        head, lines = chain.seal_all(head, [encode_body(r) for r in stamped])
+        os.write(fd, b"".join(lines))
+        state = fold_events(state, [decode(r) for r in stamped])[0]
+
+    def handler(data: str) -> None:
+        return None
+
+    try:
+        start = time.perf_counter()
+        for i in range(n):
+            now = time.time()
+            cmd = Enqueue(f"t{i}", "bench", task_data=orjson.dumps({"n": i}).decode())
+            records = decide(state, cmd, now=now, daemon="core").records
+            commit(records)  # (folded before the fsync: no ack waits here for it)
+            os.fsync(fd)  # the awaited enqueue: durable before it returns
+            step = plan(state, now, 1, accepts=lambda task: task.type == "bench")
+            claim = Claim(tuple(t.id for t in step.claims), 3600.0, 1.0)
+            decision = planned_claims(list(step.claims), claim, now=now, daemon="core")
+            commit(decision.records)
+            for task, attempt in decision.outcome:
+                handler(task.data)
+                commit(decide(state, Finish(task.id, attempt, True), now=now,
+                              daemon="core").records)  # fmt: skip
+        rate = n / (time.perf_counter() - start)
+    finally:
+        os.close(fd)
+    if state.tasks:
+        sys.exit(f"bench_core_floor: CORE left {len(state.tasks)} tasks unfinished")
+    return rate
+
+
+def _embedded(args: argparse.Namespace, tree: Path, tmp: Path) -> None:
+    """``--embedded``: huey, our embedded queue and CORE, interleaved, against huey."""
+    import subprocess
+
+    code = ("import asyncio, sys; from pathlib import Path; sys.path.insert(0, sys.argv[4])\n"
+            "from benchmarks.bench_core_floor import core_embedded\n"
+            "from benchmarks.bench_hotpath import embedded_run\n"
+            "n, where = int(sys.argv[2]), Path(sys.argv[1])\n"
+            "print(core_embedded(where, n) if sys.argv[3] == 'core' else\n"
+            "      asyncio.run(embedded_run(where, n, False)))\n")  # fmt: skip
+
+    def run(kind: str, where: Path) -> float:
+        done = subprocess.run([sys.executable, "-c", code, str(where), str(args.tasks), kind,
+                               str(tree)], cwd=hot.REPO, capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        if done.returncode != 0:
+            sys.exit(f"bench_core_floor: the {kind} run failed: {done.stderr[-2000:]}")
+        return float(done.stdout.split()[-1])
+
+    names = ("huey SqliteHuey(fsync=True)", "CORE: the pure core, least glue", "ours")
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(args.rounds):
+        (tmp / f"huey{i}").mkdir()
+        peer = hot.huey_run(tmp / f"huey{i}", args.tasks, False)
+        if peer is None:
+            sys.exit("bench_core_floor: huey is not installed (pip install -e '.[bench]')")
+        rates[names[0]].append(peer)
+        rates[names[1]].append(run("core", tmp / f"core{i}"))
+        rates[names[2]].append(run("ours", tmp / f"ours{i}"))
+    huey = statistics.median(rates[names[0]])
+    print(f"embedded, {args.tasks} tasks awaited one at a time, {args.rounds} interleaved "
+          "rounds (medians); (5)'s goal is 2x huey")  # fmt: skip
+    for name, runs in rates.items():
+        rate = statistics.median(runs)
+        print(f"  {name:36} {rate:7,.0f}/s  {rate / huey:5.2f}x huey  "
+              f"[{min(runs):,.0f}..{max(runs):,.0f}]")  # fmt: skip
+
+
 def _split_cpu(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of a process and its waited-for children."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -168,6 +272,8 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the logs go (default: a temp dir)")
     parser.add_argument("--compiled", action="store_true",
                         help="this tree as a wheel builds it (mypyc), in a copy")  # fmt: skip
+    parser.add_argument("--embedded", action="store_true",
+                        help="(5) sequential instead: huey, our embedded queue and CORE")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="snerd-core-floor-", dir=args.dir))
     tree = hot.REPO
@@ -175,6 +281,12 @@ def main() -> None:
         from benchmarks import trees
 
         tree = trees.compiled_copy(tmp / "built", "bench_core_floor")
+    if args.embedded:
+        try:
+            _embedded(args, tree, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     path = f"import sys; sys.path.insert(0, {str(tree)!r})\n"
     binaries = {
         "echo daemon (append, fsync, ack)": hot._shim(tmp, "echo", hot.ECHO),
