@@ -49,7 +49,9 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -64,28 +66,22 @@ from snerd.projections.events import decode
 from snerd.projections.decide import decide, planned_claims
 from snerd.projections.commands import Finish, Claim
 from snerd.projections.plan import plan
-from snerd.eventlog.chain import Chain, GENESIS
-from snerd.eventlog.codec import encode_body
+from benchmarks.bench_core_floor import CoreLog
 
 FOLD_AFTER_ACK = %(after)r
 storage = sys.argv[1] if len(sys.argv) > 1 else "."
 os.makedirs(storage, exist_ok=True)
-fd = os.open(os.path.join(storage, "core.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+core_log = CoreLog(os.path.join(storage, "core.log"))
+fd = core_log.fd
 OUT = sys.stdout.fileno()
-chain = Chain(None)
-head, state, seq = GENESIS, empty(), 0
+state = empty()
 registered, running, held = set(), {}, []
 SLOTS = 8
 
 
 def commit(records, fold):
-    global head, state, seq
-    stamped = []
-    for record in records:
-        seq += 1
-        stamped.append({**record, "seq": seq})
-    head, lines = chain.seal_all(head, [encode_body(r) for r in stamped])
-    os.write(fd, b"".join(lines))
+    global state
+    stamped = core_log.write(records)
     if fold:
         state = fold_events(state, [decode(r) for r in stamped])[0]
     else:
@@ -164,14 +160,38 @@ asyncio.run(main())
 """The core-only daemon; ``%(after)r`` is whether it folds after the ack."""
 
 
+class CoreLog:
+    """The least log the ``CORE`` floors write through: each record stamped with its
+    seq into a copy, encoded and sealed by the checksum chain as ``FileLog`` does, and
+    written (no lock, no fsync: the caller syncs ``fd`` when it must)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from snerd.eventlog.chain import GENESIS, Chain
+
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.chain = Chain(None)
+        self.head = GENESIS
+        self.seq = 0
+
+    def write(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write ``records``; return their stamped copies (what a listener hears)."""
+        from snerd.eventlog.codec import encode_body
+
+        stamped = []
+        for record in records:
+            self.seq += 1
+            stamped.append({**record, "seq": self.seq})
+        self.head, lines = self.chain.seal_all(self.head, [encode_body(r) for r in stamped])
+        os.write(self.fd, b"".join(lines))
+        return stamped
+
+
 def core_embedded(storage: Path, n: int) -> float:
     """Tasks/s of ``--embedded``'s ``CORE``: n tasks, one at a time, in this process."""
     import time
 
     import orjson
 
-    from snerd.eventlog.chain import GENESIS, Chain
-    from snerd.eventlog.codec import encode_body
     from snerd.projections.commands import Claim, Enqueue, Finish
     from snerd.projections.decide import decide, planned_claims
     from snerd.projections.events import Record, decode
@@ -179,19 +199,13 @@ def core_embedded(storage: Path, n: int) -> float:
     from snerd.projections.state import empty, fold_events
 
     storage.mkdir(parents=True, exist_ok=True)
-    fd = os.open(storage / "core.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    chain = Chain(None)
-    head, state, seq = GENESIS, empty(), 0
+    core_log = CoreLog(storage / "core.log")
+    fd = core_log.fd
+    state = empty()
 
     def commit(records: list[Record]) -> None:
-        nonlocal head, state, seq
-        stamped = []
-        for record in records:
-            seq += 1
-            stamped.append({**record, "seq": seq})
-        head, lines = chain.seal_all(head, [encode_body(r) for r in stamped])
-        os.write(fd, b"".join(lines))
-        state = fold_events(state, [decode(r) for r in stamped])[0]
+        nonlocal state
+        state = fold_events(state, [decode(r) for r in core_log.write(records)])[0]
 
     def handler(data: str) -> None:
         return None

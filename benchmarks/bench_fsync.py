@@ -85,25 +85,14 @@ GAPS = (0, 50, 100, 200, 300, 500)
 """Microseconds of busy CPU work before each append of ``--gaps``."""
 
 
-def fsyncs_after(fd: int, gap_us: int, n: int) -> list[float]:
-    """Seconds of each of ``n`` fsyncs, each after ``gap_us`` of busy work and a
-    300-byte append to ``fd``."""
-    line = b"x" * 300 + b"\n"
-    took: list[float] = []
-    clock = time.perf_counter
-    for _ in range(n):
-        until = clock() + gap_us / 1e6
-        while clock() < until:
-            pass
-        os.write(fd, line)
-        start = clock()
-        os.fsync(fd)
-        took.append(clock() - start)
-    return took
-
-
 SYNCS = ("append + fsync", "append + fdatasync", "overwrite + fdatasync")
 """The three ways of ``--syncs`` (the first is the log's)."""
+
+
+def fsyncs_after(fd: int, gap_us: int, n: int) -> list[float]:
+    """Seconds of each of ``n`` fsyncs, each after ``gap_us`` of busy work and a
+    300-byte append to ``fd`` (the log's way of :func:`syncs_after`)."""
+    return syncs_after(fd, SYNCS[0], gap_us, n)
 
 
 def syncs_after(fd: int, how: str, gap_us: int, n: int) -> list[float]:
