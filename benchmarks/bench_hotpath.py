@@ -14,7 +14,8 @@
     process) for a smaller run of (1) (goal <= 1.0).
 (5) embedded ``snerd.Queue`` vs huey ``SqliteHuey(fsync=True)`` with an 8-thread consumer
     started first, idle polling at its fastest: first enqueue to last task done, with
-    sequential awaited enqueues (goal >= 2x) and concurrent ones (goal >= 5x).
+    sequential awaited enqueues (goal >= 2x) and concurrent ones (goal >= 5x); beside
+    the sequential one, its floor (``bench_core_floor --embedded``'s ``CORE``).
 
 With ``--all`` the same invocation also prints (6) group commit (``bench_log``'s
 appends, median of 5) and (7) the read paths (``bench_replay``), so every figure of
@@ -542,6 +543,7 @@ def main() -> None:
             how = "concurrent" if concurrent else "sequential awaited"
             peers: list[float] = []
             ourses: list[float] = []
+            floors: list[float] = []
             for round_ in range(ROUNDS):  # interleaved, medians (huey's rate swings 2x)
                 (tmp / f"huey-{concurrent}-{round_}").mkdir()
                 peer = huey_run(tmp / f"huey-{concurrent}-{round_}", n, concurrent)
@@ -549,6 +551,10 @@ def main() -> None:
                     peers.append(peer)
                 storage = tmp / f"emb-{concurrent}-{round_}"
                 ourses.append(asyncio.run(embedded_run(storage, n, concurrent)))
+                if not concurrent:  # its floor: the pure core in a plain loop
+                    from benchmarks.bench_core_floor import core_embedded
+
+                    floors.append(core_embedded(tmp / f"core-{round_}", n))
             ours = statistics.median(ourses)
             goal = 5.0 if concurrent else 2.0
             if not peers:
@@ -560,6 +566,11 @@ def main() -> None:
             _line(f"(5) embedded vs SqliteHuey(fsync=True), {how}, {ROUNDS} interleaved runs",
                   f"{ours:.0f} vs {peer:.0f} ({ours / peer:.2f}x) {_span(ourses)} vs "
                   f"{_span(peers)}", f">= {goal:g}x", ours / peer >= goal)  # fmt: skip
+            if floors:
+                floor = statistics.median(floors)
+                _line("    its floor: the pure core in a plain loop (bench_core_floor)",
+                      f"{floor:.0f} ({floor / peer:.2f}x huey; ours {ours / floor:.2f}x it) "
+                      f"{_span(floors)}", "", None)  # fmt: skip
         if args.all:
             _others(tmp, args.quick)
 
