@@ -57,13 +57,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = "import sys; from snerd.daemon import main; sys.exit(main())"
@@ -153,21 +156,59 @@ async def sdk_run(
 
     if handler:
         queue.register_handler("bench", work)
-    with contextlib.redirect_stdout(io.StringIO()):  # the SDK prints every line it reads
-        await queue.start_listening()
-        assert queue.process is not None
-        pid = _daemon_pid(queue.process.pid)
+
+    sent = 0
+
+    async def timed(pid: int) -> tuple[float, float]:
+        nonlocal sent
         await queue.enqueue("warm", "warm", {})
         with during or contextlib.nullcontext():
             cpu0, start = _cpu_seconds(pid), time.perf_counter()
             for i in range(n):
                 await queue.enqueue(f"t{i}", "bench", {"n": i})
+                sent = i
             rate = n / (time.perf_counter() - start)
             if handler:
-                await asyncio.wait_for(done.wait(), 600)
-            cpu = _cpu_seconds(pid) - cpu0
+                await done.wait()
+            return rate, _cpu_seconds(pid) - cpu0
+
+    with contextlib.redirect_stdout(io.StringIO()):  # the SDK prints every line it reads
+        await queue.start_listening()
+        assert queue.process is not None
+        rate, cpu = await _unless_stuck(timed(_daemon_pid(queue.process.pid)),
+                                        lambda: (queue.process.returncode, sent, seen),
+                                        queue.process.kill)  # fmt: skip
         await queue.shutdown()
     return rate, cpu
+
+
+STUCK_SECONDS = 60.0
+"""How long a run may go with no enqueue acked and no task handled before
+:func:`_unless_stuck` ends it."""
+
+
+async def _unless_stuck(
+    run: Coroutine[Any, Any, T], progress: Callable[[], object], kill: Callable[[], None]
+) -> T:  # fmt: skip
+    """``run``'s result, unless ``progress()`` (what a daemon has done so far) stays the
+    same for STUCK_SECONDS: then ``kill`` the daemon and exit saying so. (A daemon that
+    dies or stops answering would otherwise leave the SDK's enqueue waiting forever, and
+    the benchmark with no word of why.)"""
+    work = asyncio.ensure_future(run)
+    last, still = progress(), 0.0
+    while not work.done():
+        await asyncio.wait({work}, timeout=1.0)  # (one wake-up a second: nothing to time)
+        now = progress()
+        still = 0.0 if now != last else still + 1.0
+        last = now
+        if still >= STUCK_SECONDS and not work.done():
+            work.cancel()
+            with contextlib.suppress(ProcessLookupError):
+                kill()
+            sys.exit(f"bench_hotpath: the daemon did nothing for {STUCK_SECONDS:.0f} s "
+                     f"(exit code, last enqueue acked, tasks handled: {now}); run it by "
+                     "hand to see why")  # fmt: skip
+    return work.result()
 
 
 def _daemon_pid(shell_pid: int) -> int:
