@@ -167,21 +167,22 @@ class CoreLog:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         from snerd.eventlog.chain import GENESIS, Chain
+        from snerd.eventlog.codec import encode_body
 
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.chain = Chain(None)
+        self.encode = encode_body
         self.head = GENESIS
         self.seq = 0
 
     def write(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write ``records``; return their stamped copies (what a listener hears)."""
-        from snerd.eventlog.codec import encode_body
-
         stamped = []
         for record in records:
             self.seq += 1
             stamped.append({**record, "seq": self.seq})
-        self.head, lines = self.chain.seal_all(self.head, [encode_body(r) for r in stamped])
+        encode = self.encode
+        self.head, lines = self.chain.seal_all(self.head, [encode(r) for r in stamped])
         os.write(self.fd, b"".join(lines))
         return stamped
 
@@ -210,6 +211,9 @@ def core_embedded(storage: Path, n: int) -> float:
     def handler(data: str) -> None:
         return None
 
+    def accepts(task: Any) -> bool:
+        return bool(task.type == "bench")
+
     try:
         start = time.perf_counter()
         for i in range(n):
@@ -218,7 +222,7 @@ def core_embedded(storage: Path, n: int) -> float:
             records = decide(state, cmd, now=now, daemon="core").records
             commit(records)  # (folded before the fsync: no ack waits here for it)
             os.fsync(fd)  # the awaited enqueue: durable before it returns
-            step = plan(state, now, 1, accepts=lambda task: task.type == "bench")
+            step = plan(state, now, 1, accepts=accepts)
             claim = Claim(tuple(t.id for t in step.claims), 3600.0, 1.0)
             decision = planned_claims(list(step.claims), claim, now=now, daemon="core")
             commit(decision.records)
