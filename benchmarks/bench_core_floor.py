@@ -187,8 +187,9 @@ class CoreLog:
         return stamped
 
 
-def core_embedded(storage: Path, n: int) -> float:
-    """Tasks/s of ``--embedded``'s ``CORE``: n tasks, one at a time, in this process."""
+def core_embedded(storage: Path, n: int, cpu_out: list[float] | None = None) -> float:
+    """Tasks/s of ``--embedded``'s ``CORE``: n tasks, one at a time, in this process (and
+    its CPU a task to ``cpu_out``: ``bench_hotpath.CPU_OUT``)."""
     import time
 
     import orjson
@@ -215,6 +216,7 @@ def core_embedded(storage: Path, n: int) -> float:
         return bool(task.type == "bench")
 
     try:
+        cpu = time.process_time()
         start = time.perf_counter()
         for i in range(n):
             now = time.time()
@@ -231,6 +233,8 @@ def core_embedded(storage: Path, n: int) -> float:
                 commit(decide(state, Finish(task.id, attempt, True), now=now,
                               daemon="core").records)  # fmt: skip
         rate = n / (time.perf_counter() - start)
+        if cpu_out is not None:
+            cpu_out.append((time.process_time() - cpu) / n)
     finally:
         os.close(fd)
     if state.tasks:
@@ -245,35 +249,43 @@ def _embedded(args: argparse.Namespace, tree: Path, tmp: Path) -> None:
     code = ("import asyncio, sys; from pathlib import Path; sys.path.insert(0, sys.argv[4])\n"
             "from benchmarks.bench_core_floor import core_embedded\n"
             "from benchmarks.bench_hotpath import embedded_run\n"
-            "n, where = int(sys.argv[2]), Path(sys.argv[1])\n"
-            "print(core_embedded(where, n) if sys.argv[3] == 'core' else\n"
-            "      asyncio.run(embedded_run(where, n, False)))\n")  # fmt: skip
+            "n, where, cpu = int(sys.argv[2]), Path(sys.argv[1]), []\n"
+            "print(core_embedded(where, n, cpu) if sys.argv[3] == 'core' else\n"
+            "      asyncio.run(embedded_run(where, n, False, cpu)), cpu[0])\n")  # fmt: skip
 
-    def run(kind: str, where: Path) -> float:
+    def run(kind: str, where: Path) -> tuple[float, float]:
         done = subprocess.run([sys.executable, "-c", code, str(where), str(args.tasks), kind,
                                str(tree)], cwd=hot.REPO, capture_output=True, text=True,
                               check=False)  # fmt: skip
         if done.returncode != 0:
             sys.exit(f"bench_core_floor: the {kind} run failed: {done.stderr[-2000:]}")
-        return float(done.stdout.split()[-1])
+        rate, cpu = done.stdout.split()[-2:]
+        return float(rate), float(cpu)
 
     names = ("huey SqliteHuey(fsync=True)", "CORE: the pure core, least glue", "ours")
-    rates: dict[str, list[float]] = {name: [] for name in names}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for i in range(args.rounds):
         (tmp / f"huey{i}").mkdir()
-        peer = hot.huey_run(tmp / f"huey{i}", args.tasks, False)
+        cpu: list[float] = []
+        peer = hot.huey_run(tmp / f"huey{i}", args.tasks, False, cpu)
         if peer is None:
             sys.exit("bench_core_floor: huey is not installed (pip install -e '.[bench]')")
-        rates[names[0]].append(peer)
-        rates[names[1]].append(run("core", tmp / f"core{i}"))
-        rates[names[2]].append(run("ours", tmp / f"ours{i}"))
-    huey = statistics.median(rates[names[0]])
+        runs[names[0]].append((peer, cpu[0]))
+        runs[names[1]].append(run("core", tmp / f"core{i}"))
+        runs[names[2]].append(run("ours", tmp / f"ours{i}"))
+    huey = statistics.median(rate for rate, _ in runs[names[0]])
     print(f"embedded, {args.tasks} tasks awaited one at a time, {args.rounds} interleaved "
           "rounds (medians); (5)'s goal is 2x huey")  # fmt: skip
-    for name, runs in rates.items():
-        rate = statistics.median(runs)
-        print(f"  {name:36} {rate:7,.0f}/s  {rate / huey:5.2f}x huey  "
-              f"[{min(runs):,.0f}..{max(runs):,.0f}]")  # fmt: skip
+    print(f"  {'':36} {'rate':>9}  {'':10}  {'wall a task':>11} {'CPU':>7} {'waiting':>8}")
+    for name, measured in runs.items():
+        rate = statistics.median(r for r, _ in measured)
+        wall = statistics.median(1 / r for r, _ in measured) * 1e6
+        spent = statistics.median(c for _, c in measured) * 1e6
+        print(f"  {name:36} {rate:7,.0f}/s  {rate / huey:5.2f}x huey  {wall:8.0f} us "
+              f"{spent:4.0f} us {wall - spent:5.0f} us  "
+              f"[{min(r for r, _ in measured):,.0f}..{max(r for r, _ in measured):,.0f}]")
+    print("  (CPU: the process's, every thread of it, over the timed span; huey's includes "
+          "its consumer's 8 threads; waiting: wall minus CPU, the sync as a rule)")
 
 
 def _split_cpu(pid: int) -> tuple[float, float]:

@@ -282,8 +282,11 @@ def count_syncs(tmp: Path, n: int) -> float | None:
     return calls / n
 
 
-def huey_run(tmp: Path, n: int, concurrent: bool) -> float | None:
-    """Tasks/s of huey's SqliteHuey(fsync=True): first enqueue to last task done."""
+def huey_run(
+    tmp: Path, n: int, concurrent: bool, cpu_out: list[float] | None = None
+) -> float | None:
+    """Tasks/s of huey's SqliteHuey(fsync=True): first enqueue to last task done (and
+    its CPU a task to ``cpu_out``: :data:`CPU_OUT`)."""
     try:
         from huey import SqliteHuey
         from huey.consumer import Consumer
@@ -308,6 +311,7 @@ def huey_run(tmp: Path, n: int, concurrent: bool) -> float | None:
     thread = threading.Thread(target=consumer.run, daemon=True)
     thread.start()
     time.sleep(0.2)  # the consumer is up and polling before the clock starts
+    cpu = time.process_time()
     start = time.perf_counter()
     if concurrent:
         with _pool(8) as submit:
@@ -318,6 +322,8 @@ def huey_run(tmp: Path, n: int, concurrent: bool) -> float | None:
             work(i)
     finished.wait(600)
     elapsed = time.perf_counter() - start
+    if cpu_out is not None:
+        cpu_out.append((time.process_time() - cpu) / n)
     consumer.stop(graceful=False)
     # Its threads end at their next poll: wait for them, so that none still runs (and
     # polls SQLite every millisecond) while the next measurement, ours, is taken.
@@ -334,7 +340,11 @@ def _pool(workers: int) -> Any:
         yield pool.submit
 
 
-async def embedded_run(storage: Path, n: int, concurrent: bool) -> float:
+async def embedded_run(
+    storage: Path, n: int, concurrent: bool, cpu_out: list[float] | None = None
+) -> float:
+    """Tasks/s of our embedded queue: first enqueue to last task done (and its CPU a
+    task to ``cpu_out``: :data:`CPU_OUT`)."""
     from snerd.embedded import Queue
 
     queue = Queue(str(storage))
@@ -349,6 +359,7 @@ async def embedded_run(storage: Path, n: int, concurrent: bool) -> float:
             done.set()
 
     async with queue:
+        cpu = time.process_time()
         start = time.perf_counter()
         if concurrent:
             await asyncio.gather(*(queue.enqueue(f"t{i}", "bench", {"n": i}) for i in range(n)))
@@ -356,7 +367,17 @@ async def embedded_run(storage: Path, n: int, concurrent: bool) -> float:
             for i in range(n):
                 await queue.enqueue(f"t{i}", "bench", {"n": i})
         await asyncio.wait_for(done.wait(), 600)
-        return n / (time.perf_counter() - start)
+        rate = n / (time.perf_counter() - start)
+        if cpu_out is not None:
+            cpu_out.append((time.process_time() - cpu) / n)
+        return rate
+
+
+CPU_OUT = None
+"""(A note, not a value.) ``cpu_out``, given to :func:`embedded_run`, :func:`huey_run` or
+``bench_core_floor.core_embedded``, gets the run's CPU seconds a task: the process's,
+every thread of it, over the timed span. With the rate it says how much of a task's
+wall time was work and how much a wait (the fsync, as a rule)."""
 
 
 def _disk(tmp: Path, n: int = 1000) -> None:
@@ -585,17 +606,18 @@ def main() -> None:
             peers: list[float] = []
             ourses: list[float] = []
             floors: list[float] = []
+            cpus: dict[str, list[float]] = {"huey": [], "ours": [], "its floor": []}
             for round_ in range(ROUNDS):  # interleaved, medians (huey's rate swings 2x)
                 (tmp / f"huey-{concurrent}-{round_}").mkdir()
-                peer = huey_run(tmp / f"huey-{concurrent}-{round_}", n, concurrent)
+                peer = huey_run(tmp / f"huey-{concurrent}-{round_}", n, concurrent, cpus["huey"])
                 if peer is not None:
                     peers.append(peer)
                 storage = tmp / f"emb-{concurrent}-{round_}"
-                ourses.append(asyncio.run(embedded_run(storage, n, concurrent)))
+                ourses.append(asyncio.run(embedded_run(storage, n, concurrent, cpus["ours"])))
                 if not concurrent:  # its floor: the pure core in a plain loop
                     from benchmarks.bench_core_floor import core_embedded
 
-                    floors.append(core_embedded(tmp / f"core-{round_}", n))
+                    floors.append(core_embedded(tmp / f"core-{round_}", n, cpus["its floor"]))
             ours = statistics.median(ourses)
             goal = 5.0 if concurrent else 2.0
             if not peers:
@@ -612,6 +634,9 @@ def main() -> None:
                 _line("    its floor: the pure core in a plain loop (bench_core_floor)",
                       f"{floor:.0f} ({floor / peer:.2f}x huey; ours {ours / floor:.2f}x it) "
                       f"{_span(floors)}", "", None)  # fmt: skip
+            print("    CPU a task (every thread of the process, the timed span; medians): "
+                  + ", ".join(f"{name} {statistics.median(values) * 1e6:.0f} us"
+                              for name, values in cpus.items() if values))  # fmt: skip
         if args.all:
             _others(tmp, args.quick)
 
