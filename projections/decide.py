@@ -9,7 +9,7 @@ which also holds the one encoder of each event's record).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,7 +18,7 @@ from pyrsistent import pmap
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
-from snerd.projections import queries
+from snerd.projections import heap, queries
 from snerd.projections.backoff import retry_delay
 from snerd.projections.commands import (
     Cancel,
@@ -37,7 +37,7 @@ from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState, advance, fold
-from snerd.projections.task import Task, build, task_to_record, with_
+from snerd.projections.task import Task, build, task_from_record, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -493,6 +493,34 @@ def _claim(state: QueueState, command: Claim, *, now: float, daemon: str) -> Dec
     runnable = queries.pick_many(advance(state, now)[0], now, lambda t: t.id in proposed,
                                  len(proposed))  # fmt: skip
     return planned_claims(runnable, command, now=now, daemon=daemon)
+
+
+def claim_enqueued(
+    state: QueueState, enqueued: Record, command: Claim, *, now: float, daemon: str,
+    eligible: Callable[[Task], bool],
+) -> Decision | None:  # fmt: skip
+    """The claim that a plan with a free slot makes, at ``now``, of the task that
+    ``enqueued`` (one enqueue's record, decided against ``state``) adds, told without
+    folding it in first: what :func:`~snerd.projections.plan.plan` and
+    :func:`planned_claims` make against ``fold(state, [enqueued])``, with
+    ``command``'s lease and grace. That holds when the new task is the one thing in
+    the folded state a plan could pick: it is ready now (no parents, no delay, no rate
+    group), and ``state`` holds no ready task, no task due by ``now`` and no doomed
+    child (a child waiting on the new task's id was ready, or stays not ready). None
+    when only the fold can tell (then plan after it); a decision with no claim when
+    ``eligible`` refuses the task. (The engine's awaited enqueue, when a worker is free:
+    one fold for the enqueue and its claim.)"""
+    if enqueued.get(ev.F_EVENT) != ev.ENQUEUED or state.lanes or state.doomed:
+        return None
+    timer = heap.top(state.timers)
+    if timer is not None and timer[0] <= now:
+        return None
+    task = task_from_record(enqueued)
+    if task.parents or task.rate_group or task.not_before is not None:
+        return None
+    if not eligible(task):
+        return _decided([], [])
+    return planned_claims([task], command, now=now, daemon=daemon)
 
 
 def planned_claims(
