@@ -21,7 +21,7 @@ from snerd.errors import LogError
 from snerd.eventlog.base import Record
 from snerd.projections import heap
 from snerd.projections.commands import Claim, FailThrough
-from snerd.projections.decide import owns, planned_claims
+from snerd.projections.decide import claim_enqueued, owns, planned_claims
 from snerd.projections.delta import Delta
 from snerd.projections.plan import Plan, idle, plan
 from snerd.projections.state import QueueState
@@ -158,6 +158,37 @@ class Dispatcher:
         claimed: Claimed = decision.outcome
         self.reserved += len(claimed)
         return decision.records, claimed
+
+    def claim_enqueued(
+        self, state: QueueState, enqueued: Record, now: float
+    ) -> tuple[list[Record], Claimed] | None:  # fmt: skip
+        """:meth:`claim_under_lock` for the task the record ``enqueued`` adds, decided
+        against ``state`` (the caught-up state without it: one fold for both, the
+        engine's awaited enqueue): the same claim, told without a plan
+        (:func:`~snerd.projections.decide.claim_enqueued`). None when only a plan after
+        its fold can tell, or the claim takes nothing (then the fold wakes the
+        dispatcher, as for any enqueue)."""
+        e = self.engine
+        if self.capacity() <= 0:
+            return None
+        claim = Claim((), e.config.lease_seconds, e.config.timeout_grace)
+        decision = claim_enqueued(state, enqueued, claim, now=now, daemon=e.daemon,
+                                  eligible=self._eligible)  # fmt: skip
+        if decision is None or not decision.outcome:
+            return None
+        claimed: Claimed = decision.outcome
+        self.reserved += len(claimed)
+        return decision.records, claimed
+
+    def _eligible(self, task: Task) -> bool:
+        """Whether a plan here may claim ``task`` alone: an executor takes it, and its
+        pool (if capped) has a free slot (:func:`~snerd.projections.plan.plan`'s rule)."""
+        pool = task.pool
+        if pool and pool in (pools := self.engine.config.pools):
+            busy = sum(1 for run in self.engine.runs.values() if run.task.pool == pool)
+            if busy >= pools[pool]:
+                return False
+        return self._accepts(task)
 
     def unreserve(self, claimed: Claimed) -> None:
         """The claims were not written (the batch failed): nothing to begin."""

@@ -381,8 +381,16 @@ class Engine:
         An enqueue joins the enqueues and successes submitted right before it, if
         nothing else was submitted since and they have not run yet: a burst, or the last
         attempt's success and the next enqueue, are decided as one run
-        (:func:`~snerd.projections.decide.decide_run`) and folded once, not once each."""
+        (:func:`~snerd.projections.decide.decide_run`) and folded once, not once each.
+        In-process (neither ``reply`` nor ``acked``), a plain task that nothing ready
+        waits before is claimed in that same run (:meth:`_enqueue_claiming`): one
+        request and one fold for the success, the enqueue and its claim."""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
+        if acked is None and reply is None and _alone(cmd) and not self.state.lanes and (
+            self._may_claim() and self._may_run_at_once(cmd)
+        ):  # fmt: skip
+            self._enqueue_claiming(cmd, enqueued)
+            return enqueued
         early = None if acked is None else _Early(acked)
         self._joined(cmd, functools.partial(_member, enqueued), durable=True, on_durable=early)
         if reply is not None and early is not None:
@@ -419,6 +427,62 @@ class Engine:
         claiming, reserved = self._claim_behind(settle)
         return done
 
+    def _enqueue_claiming(self, cmd: Enqueue, enqueued: asyncio.Future[EnqueueOutcome]) -> None:
+        """:meth:`enqueue_soon` in-process, when a worker is free and nothing ready waits:
+        the enqueue ends its run, whose request also decides the claim of the new task,
+        told without a fold in between (:meth:`Dispatcher.claim_enqueued`); the one fold
+        of the run takes them all. Where only a plan after the fold can tell, the run
+        claims nothing and the fold wakes the dispatcher, as for any enqueue. Once
+        written, the attempt starts, then the waiter hears the outcome (an in-process
+        handler that ends at once submits its success before the waiter's next enqueue,
+        which then joins it)."""
+        run: _Run | None = None
+
+        def answer(written: asyncio.Future[list[Any]], i: int) -> None:
+            assert run is not None
+            if run.claiming:  # never decided (the batch failed first)
+                run.claiming = False
+                self._claims_queued -= 1
+            claimed, run.claimed = run.claimed, []
+            try:
+                if claimed and _written(written):
+                    self.dispatcher.begin_claimed(claimed)
+                elif claimed:
+                    self._unclaim(claimed)
+            finally:  # the waiter learns the outcome whatever happened
+                _member(enqueued, written, i)
+
+        self._joined(cmd, answer, durable=True)
+        run = self._run
+        assert run is not None
+        run.claiming = True  # decided at the end of the run's request; it takes no more
+        self._claims_queued += 1
+
+    def _claim_last(
+        self, run: _Run, decisions: Sequence[cmds.Decision], now: float
+    ) -> list[Record]:  # fmt: skip
+        """Under the lock, after the run's decisions: the claim of the task the run's last
+        member (its enqueue) adds, if it can be told against the state the run was
+        decided against. It can when what came before it in the run is successes that
+        make nothing ready (no child waits on them; a cron task's next occurrence is
+        not a success), so that the state it was decided against holds what a plan
+        after the run's fold would see."""
+        run.claiming = False
+        self._claims_queued -= 1
+        last = decisions[-1]
+        if len(last.records) != 1 or last.outcome is not None:
+            return []
+        refs = self.state.refs
+        for cmd, decision in zip(run.commands[:-1], decisions[:-1], strict=True):
+            if (type(cmd) is not Finish or cmd.task_id in refs or len(decision.records) != 1
+                    or decision.records[0].get(ev.F_EVENT) != ev.SUCCEEDED):  # fmt: skip
+                return []
+        found = self.dispatcher.claim_enqueued(self.state, last.records[0], now)
+        if found is None:
+            return []
+        records, run.claimed = found
+        return records
+
     def _joined(
         self, cmd: Member, reply: Callable[[asyncio.Future[list[Any]], int], None], *,
         durable: bool, on_durable: Callable[[Any], None] | None = None,
@@ -435,8 +499,12 @@ class Engine:
 
             def decided() -> tuple[list[Record], Any]:
                 new.started = True
-                decisions = decide_run(self.state, new.commands, now=self.clock.now(),
-                                       daemon=self.daemon)  # fmt: skip
+                now = self.clock.now()
+                decisions = decide_run(self.state, new.commands, now=now, daemon=self.daemon)
+                if new.claiming:
+                    claims = self._claim_last(new, decisions, now)
+                    records = [r for d in decisions for r in d.records]
+                    return records + claims, [d.outcome for d in decisions]
                 if len(decisions) == 1:  # (the common run: a waiter's, one at a time)
                     return decisions[0].records, [decisions[0].outcome]
                 return [r for d in decisions for r in d.records], [d.outcome for d in decisions]
@@ -457,7 +525,7 @@ class Engine:
         """Whether a member may join ``run``: it takes more members, nothing was
         submitted since, and it is durable (answering early) if the member must be,
         or the log can still make it so (:meth:`EventLog.make_durable`, once)."""
-        if not run.open or run.submitted != self.log.submitted:
+        if not run.open or run.claiming or run.submitted != self.log.submitted:
             return False
         if (durable and not run.durable) or (on_durable is not None and not run.early):
             early = None if on_durable is None else run.answer_durable
@@ -751,7 +819,8 @@ class _Run:
     a claim behind the first): one request, decided as a whole; each member hears its
     own outcome (its index in the request's list) from ``replies``."""
 
-    __slots__ = ("commands", "durable", "early", "replies", "request", "started", "submitted")
+    __slots__ = ("claimed", "claiming", "commands", "durable", "early", "replies", "request",
+                 "started", "submitted")  # fmt: skip
 
     def __init__(self) -> None:
         self.commands: list[Member] = []
@@ -761,6 +830,8 @@ class _Run:
         self.durable = False  # an enqueue is in it: its batch is made durable
         self.started = False  # decided (under the lock): it takes no more members
         self.submitted = -1  # the log's request count when it last could take members
+        self.claiming = False  # its last member's claim is decided with it (not yet)
+        self.claimed: Claimed = []  # what that claim reserved, begun once written
 
     @property
     def open(self) -> bool:
@@ -826,6 +897,13 @@ def _copy(source: asyncio.Future[T], target: asyncio.Future[T]) -> None:
         target.set_exception(exc)
     else:
         target.set_result(source.result())
+
+
+def _alone(cmd: Enqueue) -> bool:
+    """Whether ``cmd``'s task may be claimed as soon as it is in without a plan: no
+    parents, no rate group, no delay, no schedule (``decide.claim_enqueued``'s task)."""
+    return (not cmd.trigger_after_ids and cmd.rate_limit_group is None
+            and cmd.execute_at is None and not cmd.cron)  # fmt: skip
 
 
 def _written(future: asyncio.Future[Any]) -> bool:

@@ -244,16 +244,19 @@ def _gated() -> tuple[asyncio.Event, Callable[[Job], Awaitable[None]]]:
     return gate, gated
 
 
-async def test_an_idle_queue_plans_once_per_task(harness: Harness, monkeypatch) -> None:
-    """A task enqueued while a worker is free is claimed by the plan made under the lock
-    in the enqueue's own batch; neither that fold nor the task's end wakes the
-    dispatcher for a pass that could find nothing (issue 8: no work beyond the need)."""
+async def test_an_idle_queue_claims_each_task_without_a_plan(
+    harness: Harness, monkeypatch
+) -> None:
+    """A task enqueued while a worker is free, with nothing else ready, is claimed in
+    the enqueue's own request, told without a plan (``decide.claim_enqueued``); neither
+    that fold nor the task's end wakes the dispatcher for a pass that could find nothing
+    (issue 8: no work beyond the need)."""
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
     plans = _count_plans(monkeypatch)
     await _one_at_a_time(engine, harness, 20)
     assert len(harness.calls) == 20
-    assert plans == [1] * 20  # one plan per task, each claiming it
+    assert plans == []  # no plan, no pass: each enqueue claimed its own task
 
 
 async def test_a_producer_awaiting_each_enqueue_costs_one_batch_per_task(
@@ -459,9 +462,9 @@ async def test_outcomes_in_one_turn_queue_one_claim_for_all_the_slots_they_free(
 async def test_claims_behind_a_flood_of_enqueues_plan_only_for_free_slots(
     harness: Harness, monkeypatch
 ) -> None:
-    """Every enqueue made while a slot was free queues a claim behind it; once the
-    first ones have taken the slots, the rest of that batch's claims plan nothing
-    (each plan is made under the lock: it holds up every writer of the queue)."""
+    """The enqueues made while a slot was free claim their tasks with them; once the
+    first ones have taken the slots, the rest plan nothing (a plan made under the lock
+    holds up every writer of the queue), nor does any pass find something to claim."""
     gate, gated = _gated()
     engine = await harness.engine({"t": gated}, max_workers=2)
     await settle(engine, lambda: True)
@@ -469,7 +472,8 @@ async def test_claims_behind_a_flood_of_enqueues_plan_only_for_free_slots(
     await asyncio.gather(*(engine.enqueue(_enqueue(f"f{i}")) for i in range(20)))
     await settle(engine, lambda: len(engine.runs) == 2)
     await _passes_run()
-    assert plans == [1, 1]  # one plan per free slot, then none
+    assert sorted(engine.runs) == ["f0", "f1"]  # the first two, claimed with them
+    assert not any(plans)  # no plan claimed anything: the slots were taken already
     gate.set()
     await settle(engine, lambda: len(harness.calls) == 20 and not engine.state.tasks)
 
@@ -522,24 +526,29 @@ async def test_enqueues_nothing_here_runs_or_due_later_plan_no_claim(
 async def test_a_burst_of_enqueues_queues_claims_only_for_the_free_slots(
     harness: Harness, monkeypatch
 ) -> None:
-    """A claim queued behind an enqueue takes a free slot when it is decided; the
+    """A claim queued with an enqueue takes a free slot when it is decided; the
     enqueues submitted while as many claims as free slots are queued need none of their
-    own (each would be a request run under the lock, to plan nothing: 6% of a burst's
+    own (each would be decided under the lock, to claim nothing: 6% of a burst's
     instructions). Every task still runs, each once."""
     gate, gated = _gated()
     engine = await harness.engine({"t": gated}, max_workers=2)
     await settle(engine, lambda: True)
-    behind: list[int] = []
-    real = Engine._claim_behind
+    queued: list[str] = []
+    real = Engine._claim_behind, Engine._enqueue_claiming
 
-    def counting(self: Engine, then: Any) -> Any:
-        behind.append(1)
-        return real(self, then)
+    def behind(self: Engine, then: Any) -> Any:
+        queued.append("behind")
+        return real[0](self, then)
 
-    monkeypatch.setattr(Engine, "_claim_behind", counting)
+    def claiming(self: Engine, cmd: Any, enqueued: Any) -> None:
+        queued.append(cmd.task_id)
+        real[1](self, cmd, enqueued)
+
+    monkeypatch.setattr(Engine, "_claim_behind", behind)
+    monkeypatch.setattr(Engine, "_enqueue_claiming", claiming)
     await asyncio.gather(*(engine.enqueue(_enqueue(f"f{i}")) for i in range(20)))
     await settle(engine, lambda: len(engine.runs) == 2)
-    assert len(behind) == 2  # one per free slot, not one per enqueue
+    assert queued == ["f0", "f1"]  # one per free slot, not one per enqueue
     gate.set()
     await settle(engine, lambda: len(harness.calls) == 20 and not engine.state.tasks)
     assert sorted(task_id for _, task_id, _ in harness.calls) == sorted(f"f{i}" for i in range(20))
@@ -597,9 +606,10 @@ async def test_outcomes_that_end_in_one_turn_are_written_as_one_request(
 async def test_a_success_and_the_next_enqueue_are_written_as_one_durable_request(
     harness: Harness,
 ) -> None:
-    """One task at a time (an SDK awaiting each enqueue): the last attempt's success and
-    the next enqueue, submitted in one turn, go to the log as one request, folded once,
-    in a batch made durable for the enqueue's ack; the new task's claim right behind."""
+    """One task at a time (a producer awaiting each enqueue): the last attempt's success,
+    the next enqueue and its task's claim, submitted in one turn, go to the log as one
+    request, folded once, in a batch made durable for the enqueue's ack (issue 8: "one
+    transaction, one fold")."""
     engine = await harness.engine({"t": _noop})
     await engine.enqueue(_enqueue("a"))  # its attempt ends before the waiter goes on
     folds = _record_folds(engine)
@@ -615,9 +625,35 @@ async def test_a_success_and_the_next_enqueue_are_written_as_one_durable_request
     before = log.submitted
     await engine.enqueue(_enqueue("b"))
     await settle(engine, lambda: not engine.state.tasks)
-    assert folds == [[ev.SUCCEEDED, ev.ENQUEUED], [ev.CLAIMED], [ev.SUCCEEDED]]
+    assert folds == [[ev.SUCCEEDED, ev.ENQUEUED, ev.CLAIMED], [ev.SUCCEEDED]]
     assert flushes[0] is True  # the batch that acked "b" was synced
-    assert log.submitted == before + 2  # b joined a's success: its claim, b's success
+    assert log.submitted == before + 1  # b and its claim joined a's success; b's success
+
+
+async def test_a_child_made_ready_by_the_success_before_an_enqueue_runs_first(
+    harness: Harness,
+) -> None:
+    """When the success that the next enqueue joins makes a waiting child ready, only a
+    plan after the fold can tell which of the two runs first: the enqueue claims
+    nothing with it, and the dispatcher claims the child (older) first, then the new
+    task (one worker)."""
+    engine = await harness.engine({"t": _noop}, max_workers=1)
+    await settle(engine, lambda: True)
+    gate = asyncio.Event()
+
+    async def parent(job: Job) -> None:
+        await gate.wait()
+
+    engine.executors[-1].handlers["p"] = parent  # type: ignore[attr-defined]
+    engine.wake()
+    await engine.enqueue(Enqueue("P", "p", task_data="{}"))
+    await engine.enqueue(_enqueue("C", trigger_after_ids=("P",)))
+    await settle(engine, lambda: "P" in engine.runs)
+    gate.set()  # P's success, submitted in the turn the next enqueue joins it
+    await asyncio.sleep(0)
+    await engine.enqueue(_enqueue("E"))
+    await settle(engine, lambda: not engine.state.tasks)
+    assert [task_id for _, task_id, _ in harness.calls] == ["C", "E"]
 
 
 async def test_enqueues_after_a_run_refused_by_a_storage_fault_are_answered(
