@@ -363,9 +363,10 @@ class Engine:
         """Submit an enqueue now; the future resolves with its outcome once durable.
 
         When the task can run at once here, its claim is decided in the same batch (one
-        lock hold), right after the enqueue's records were folded. No coroutine, no
-        task: the daemon answers each line from a callback. Once submitted, the enqueue
-        is written whether or not anyone still waits for the future. ``reply`` (if
+        lock hold), right after the enqueue's records were folded (in-process, in the
+        enqueue's own request where it can be told without that fold: below). No
+        coroutine, no task: the daemon answers each line from a callback. Once
+        submitted, the enqueue is written whether or not anyone still waits for it. ``reply`` (if
         given) is called with the resolved future first thing, then the attempt starts
         in the same callback (one loop iteration for the ack and the ``execute``, the
         ack first). Without one (the embedded queue), the attempt starts first: an
@@ -384,7 +385,9 @@ class Engine:
         (:func:`~snerd.projections.decide.decide_run`) and folded once, not once each.
         In-process (neither ``reply`` nor ``acked``), a plain task that nothing ready
         waits before is claimed in that same run (:meth:`_enqueue_claiming`): one
-        request and one fold for the success, the enqueue and its claim."""
+        request and one fold for the success, the enqueue and its claim. (Not for the
+        daemon: its ack would wait for the claim's decision, which ``acked`` answers
+        before; measured, the ack took 5% longer for 5% less CPU a task.)"""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
         if acked is None and reply is None and _alone(cmd) and not self.state.lanes and (
             self._may_claim() and self._may_run_at_once(cmd)
