@@ -637,15 +637,9 @@ async def test_a_child_made_ready_by_the_success_before_an_enqueue_runs_first(
     plan after the fold can tell which of the two runs first: the enqueue claims
     nothing with it, and the dispatcher claims the child (older) first, then the new
     task (one worker)."""
-    engine = await harness.engine({"t": _noop}, max_workers=1)
+    gate, parent = _gated()
+    engine = await harness.engine({"t": _noop, "p": parent}, max_workers=1)
     await settle(engine, lambda: True)
-    gate = asyncio.Event()
-
-    async def parent(job: Job) -> None:
-        await gate.wait()
-
-    engine.executors[-1].handlers["p"] = parent  # type: ignore[attr-defined]
-    engine.wake()
     await engine.enqueue(Enqueue("P", "p", task_data="{}"))
     await engine.enqueue(_enqueue("C", trigger_after_ids=("P",)))
     await settle(engine, lambda: "P" in engine.runs)
@@ -653,7 +647,46 @@ async def test_a_child_made_ready_by_the_success_before_an_enqueue_runs_first(
     await asyncio.sleep(0)
     await engine.enqueue(_enqueue("E"))
     await settle(engine, lambda: not engine.state.tasks)
-    assert [task_id for _, task_id, _ in harness.calls] == ["C", "E"]
+    assert [task_id for _, task_id, _ in harness.calls] == ["P", "C", "E"]
+
+
+@pytest.mark.parametrize("where", ["lock", "write"])
+async def test_a_claiming_enqueue_refused_by_the_storage_holds_no_slot(
+    harness: Harness, monkeypatch, where: str
+) -> None:
+    """An enqueue that claims its task in its own request, refused by the storage before
+    it was decided (at the lock) or after (at the write): its waiter hears the fault,
+    and no slot stays reserved or counted as a claim to come (a leak would stop this
+    engine claiming: its one worker would look taken for good)."""
+    from faultkit import refuse_one_batch
+
+    from snerd.errors import LogError
+    from snerd.eventlog.base import StorageUnavailable
+
+    engine = await harness.engine({"t": _noop}, max_workers=1)
+    await settle(engine, lambda: True)
+    log: Any = engine.log
+    if where == "lock":
+        refuse_one_batch(monkeypatch, type(log))
+    else:
+        real = log._flush
+        failed: list[bool] = []
+
+        async def flush(durable: bool) -> None:
+            if not failed:
+                failed.append(True)
+                log._staged = []
+                raise StorageUnavailable("the disk went away")
+            await real(durable)
+
+        log._flush = flush
+    with pytest.raises(StorageUnavailable):
+        await engine.enqueue(_enqueue("lost"))
+    assert (engine._claims_queued, engine.dispatcher.reserved, engine.runs) == (0, 0, {})
+    assert engine.dispatcher.capacity() == 1
+    with pytest.raises(LogError):  # refused while the log backs off, not left waiting
+        await asyncio.wait_for(engine.enqueue(_enqueue("next")), 5)
+    assert (engine._claims_queued, engine.dispatcher.reserved, harness.calls) == (0, 0, [])
 
 
 async def test_enqueues_after_a_run_refused_by_a_storage_fault_are_answered(
