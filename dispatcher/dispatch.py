@@ -49,6 +49,7 @@ class Dispatcher:
         self._timer_at: float | None = None
         self._task: asyncio.Task[None] | None = None
         self.reserved = 0  # attempts claimed but not begun yet
+        self._reserved_pools: dict[str, int] = {}  # of those, the ones in each pool
         self._executors: dict[tuple[str, str | None], Executor | None] = {}  # by (type, url)
 
     @property
@@ -156,7 +157,7 @@ class Dispatcher:
         # planned against this very state at this instant: nothing to check again
         decision = planned_claims(list(step.claims), claim, now=now, daemon=e.daemon)
         claimed: Claimed = decision.outcome
-        self.reserved += len(claimed)
+        self._reserve(claimed)
         return decision.records, claimed
 
     def claim_enqueued(
@@ -177,40 +178,58 @@ class Dispatcher:
         if decision is None or not decision.outcome:
             return None
         claimed: Claimed = decision.outcome
-        self.reserved += len(claimed)
+        self._reserve(claimed)
         return decision.records, claimed
 
     def _eligible(self, task: Task) -> bool:
         """Whether a plan here may claim ``task`` alone: an executor takes it, and its
         pool (if capped) has a free slot (:func:`~snerd.projections.plan.plan`'s rule)."""
         pool = task.pool
-        if pool and pool in (pools := self.engine.config.pools):
-            busy = sum(1 for run in self.engine.runs.values() if run.task.pool == pool)
-            if busy >= pools[pool]:
-                return False
+        pools = self.engine.config.pools
+        if pool and pool in pools and self._busy().get(pool, 0) >= pools[pool]:
+            return False
         return self._accepts(task)
+
+    def _busy(self) -> dict[str, int]:
+        """Attempts per pool this engine runs or has claimed to run (a claim decided
+        earlier in this batch is not running yet, but its pool slot is taken)."""
+        busy = dict(self._reserved_pools)
+        for run in self.engine.runs.values():
+            if run.task.pool:
+                busy[run.task.pool] = busy.get(run.task.pool, 0) + 1
+        return busy
+
+    def _reserve(self, claimed: Claimed) -> None:
+        """Claims decided: their slots (and pool slots) are taken until begun or not."""
+        self.reserved += len(claimed)
+        for task, _ in claimed:
+            if task.pool:
+                self._reserved_pools[task.pool] = self._reserved_pools.get(task.pool, 0) + 1
 
     def unreserve(self, claimed: Claimed) -> None:
         """The claims were not written (the batch failed): nothing to begin."""
         self.reserved -= len(claimed)
+        for task, _ in claimed:
+            if task.pool:
+                left = self._reserved_pools[task.pool] - 1
+                if left:
+                    self._reserved_pools[task.pool] = left
+                else:
+                    del self._reserved_pools[task.pool]
 
     def begin_claimed(self, claimed: Claimed) -> None:
         """Start the attempts a claim decided (they are in the log by now)."""
-        self.reserved -= len(claimed)
+        self.unreserve(claimed)
         for task, attempt in claimed:
             self._begin(Run(task=task, attempt=attempt, started=self.engine.clock.now()))
 
     def plan(self, now: float | None = None, state: QueueState | None = None) -> Plan:
         """What the pure planner proposes for this engine at ``now``."""
         e = self.engine
-        busy: dict[str, int] = {}
-        for run in e.runs.values():
-            if run.task.pool:
-                busy[run.task.pool] = busy.get(run.task.pool, 0) + 1
         return plan(
             e.state if state is None else state, e.clock.now() if now is None else now,
             self.capacity(), accepts=self._accepts,
-            pools=e.config.pools, busy=busy,
+            pools=e.config.pools, busy=self._busy() if e.config.pools else None,
         )  # fmt: skip
 
     def capacity(self) -> int:

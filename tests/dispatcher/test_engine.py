@@ -67,6 +67,27 @@ async def test_pool_capacity_bounds_concurrency(harness: Harness) -> None:
     assert sorted(c[1] for c in harness.calls) == ["fast", "s0", "s1", "s2"]
 
 
+async def test_a_burst_into_a_capped_pool_runs_one_at_a_time(harness: Harness) -> None:
+    """Enqueues submitted in one turn are claimed in one batch: a claim decided there
+    counts the pool slots that the claims before it took, though their attempts have not
+    begun yet (two attempts of a pool capped at 1 ran at once: found by the interleaving
+    test)."""
+    gate = asyncio.Event()
+
+    async def slow(job: Job) -> None:
+        await gate.wait()
+
+    engine = await harness.engine({"t": slow}, pools={"slow": 1})
+    await settle(engine, lambda: True)
+    await asyncio.gather(*(engine.enqueue(_enqueue(f"s{i}", pool="slow")) for i in range(3)),
+                         engine.enqueue(_enqueue("fast")))  # fmt: skip
+    await settle(engine, lambda: len(harness.calls) == 2)
+    assert sorted(engine.runs) == ["fast", "s0"]  # s1, s2 wait for the pool
+    gate.set()
+    await settle(engine, lambda: not engine.state.tasks)
+    assert sorted(c[1] for c in harness.calls) == ["fast", "s0", "s1", "s2"]
+
+
 async def test_rate_limited_task_wakes_exactly_when_a_slot_frees(harness: Harness) -> None:
     engine = await harness.engine({"t": _noop})
     for i in range(3):
