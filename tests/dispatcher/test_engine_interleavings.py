@@ -1,0 +1,186 @@
+"""The engine under arbitrary interleavings of enqueues (awaited or not, plain, urgent,
+delayed, children of earlier tasks, pooled, of a type no handler here runs), attempts
+ending (in success or a failure that retries), clock ticks and loop turns, with a
+second engine on the same log: every task runs, each attempt once, no more attempts
+at a time than the workers, children after their parents, and at rest no slot stays
+reserved or counted as a claim to come. (Claims decided three ways meet here: with
+the enqueue in its own request, behind a request, in a dispatcher pass.)"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from auditkit import store_problems
+from enginekit import Harness, settle
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis_budget import examples
+
+from snerd.dispatcher.engine import Engine
+from snerd.dispatcher.executors import Job
+from snerd.rpc.protocol import Enqueue
+
+KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "other")
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("enqueue"), st.sampled_from(KINDS), st.booleans(), st.booleans()),
+        st.tuples(st.just("end"), st.integers(1, 3)),
+        st.tuples(st.just("tick"), st.sampled_from((0.5, 5.0, 61.0))),
+        st.tuples(st.just("turn"), st.integers(1, 3)),
+    ),
+    max_size=30,
+)
+
+
+class Scenario:
+    """Two engines on one store: ``main`` runs type ``t`` (3 workers, pool ``p`` capped
+    at 1), ``peer`` runs ``t`` as well (1 worker) and enqueues some of the tasks."""
+
+    def __init__(self) -> None:
+        self.harness = Harness()
+        self.gates: dict[tuple[str, int], asyncio.Event] = {}
+        self.waiting: list[tuple[str, int]] = []  # attempts running, oldest first
+        self.ran: list[tuple[str, str, int]] = []  # (engine, task, attempt)
+        self.ended: dict[str, float] = {}  # task id -> clock when its success was submitted
+        self.parents: dict[str, str] = {}
+        self.busy: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+        self.pending: list[Awaitable[Any]] = []
+        self.enqueued: list[str] = []
+        self.acked: set[str] = set()
+
+    def handler(self, name: str) -> Any:
+        async def run(job: Job) -> None:
+            key = (job.id, job.attempt)
+            self.ran.append((name, job.id, job.attempt))
+            slots = {name, name + "/p" if job.id.endswith("-pool") else name}
+            for held in slots:
+                self.busy[held] = self.busy.get(held, 0) + 1
+                self.most[held] = max(self.most.get(held, 0), self.busy[held])
+            gate = self.gates.setdefault(key, asyncio.Event())
+            self.waiting.append(key)
+            try:
+                await gate.wait()
+            finally:
+                for held in slots:
+                    self.busy[held] -= 1
+            if job.id.endswith("-f") and job.attempt == 1:
+                raise RuntimeError("fails once, then retries")
+            self.ended[job.id] = self.harness.clock.now()
+
+        return run
+
+    async def start(self) -> tuple[Engine, Engine]:
+        h = self.harness
+        self.main = await h.engine({"t": self.handler("main")}, max_workers=3, pools={"p": 1})
+        self.peer = await h.engine({"t": self.handler("peer")}, max_workers=1)
+        return self.main, self.peer
+
+    def command(self, kind: str, fails: bool) -> Enqueue:
+        task_id = f"k{len(self.enqueued)}-{kind}" + ("-f" if fails else "")
+        self.enqueued.append(task_id)
+        fields: dict[str, Any] = {"task_data": "{}", "retry_after_hours": 0.0001}
+        task_type = "t"
+        if kind == "urgent":
+            fields["urgency_score"] = 5.0
+        elif kind == "delayed":
+            fields["execute_at"] = self.harness.clock.now() + 30.0
+        elif kind == "child" and len(self.enqueued) > 1:
+            parent = self.enqueued[-2]
+            fields["trigger_after_ids"] = (parent,)
+            if parent in self.acked:  # (else it may be unknown yet: then it waits for none)
+                self.parents[task_id] = parent
+        elif kind == "pool":
+            fields["pool"] = "p"
+        elif kind == "other":
+            task_type = "other"  # no handler here: it waits (not counted as to run)
+            self.enqueued.pop()
+        return Enqueue(task_id, task_type, **fields)
+
+    async def step(self, action: tuple[Any, ...]) -> None:
+        if action[0] == "enqueue":
+            _, kind, awaited, by_peer = action
+            engine = self.peer if by_peer else self.main
+            command = self.command(kind, fails=kind == "plain" and awaited)
+            pending = asyncio.ensure_future(engine.enqueue(command))
+            pending.add_done_callback(lambda _: self.acked.add(command.task_id))
+            if awaited:
+                await pending
+            else:
+                self.pending.append(pending)
+        elif action[0] == "end":
+            for key in self.waiting[: action[1]]:
+                self.gates[key].set()
+            del self.waiting[: action[1]]
+        elif action[0] == "tick":
+            self.harness.clock.advance(action[1])
+        else:
+            for _ in range(action[1]):
+                await asyncio.sleep(0)
+
+    async def finish(self) -> None:
+        """Let everything run to its end: gates open, time passes for delays and
+        retries, until no task is left."""
+        await asyncio.gather(*self.pending)
+        main = self.main
+        for _ in range(200):
+            for key in self.waiting:
+                self.gates[key].set()
+            self.waiting.clear()
+            live = [t for t in main.state.tasks.values() if t.type == "t"]
+            if not live:
+                break
+            self.harness.clock.advance(31.0)
+            await settle(main, lambda: bool(self.waiting) or not main.runs, timeout=2.0)
+            await asyncio.sleep(0)
+        for engine in (self.main, self.peer):
+            await settle(engine, lambda e=engine: not e.runs and not e.dispatcher.reserved)
+
+    async def close(self) -> None:
+        for engine in self.harness.engines:
+            await engine.drain(timeout=0)
+
+
+def _check(s: Scenario) -> None:
+    done = [t for t in s.main.state.tasks.values() if t.type == "t"]
+    assert done == [], f"left over: {done}"
+    ran_ids = {task_id for _, task_id, _ in s.ran}
+    assert set(s.enqueued) <= ran_ids  # every task of a type run here ran
+    attempts = [(task_id, attempt) for _, task_id, attempt in s.ran]
+    assert len(attempts) == len(set(attempts)), "an attempt ran twice"
+    assert s.most.get("main", 0) <= 3 and s.most.get("peer", 0) <= 1
+    assert s.most.get("main/p", 0) <= 1  # pool p is capped at 1 on main
+    first_run = {}
+    for i, (_, task_id, _) in enumerate(s.ran):
+        first_run.setdefault(task_id, i)
+    for child, parent in s.parents.items():  # a child runs once its parent has ended
+        assert first_run[child] > first_run[parent]
+    for engine in (s.main, s.peer):
+        assert engine._claims_queued == 0
+        assert engine.dispatcher.reserved == 0
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(steps)
+def test_every_task_runs_each_attempt_once_whatever_the_interleaving(
+    actions: list[tuple[Any, ...]],
+) -> None:
+    async def scenario() -> Scenario:
+        s = Scenario()
+        await s.start()
+        try:
+            for action in actions:
+                await s.step(action)
+            await s.finish()
+            _check(s)
+        finally:
+            await s.close()
+        return s
+
+    s = asyncio.run(scenario())
+    with tempfile.TemporaryDirectory() as audited:  # the log passes replay --verify
+        assert store_problems(s.harness.store, Path(audited)) == []
