@@ -1,10 +1,12 @@
 """The engine under arbitrary interleavings of enqueues (awaited or not, plain, urgent,
-delayed, children of earlier tasks, pooled, of a type no handler here runs), attempts
-ending (in success or a failure that retries), clock ticks and loop turns, with a
-second engine on the same log: every task runs, each attempt once, no more attempts
-at a time than the workers, children after their parents, and at rest no slot stays
-reserved or counted as a claim to come. (Claims decided three ways meet here: with
-the enqueue in its own request, behind a request, in a dispatcher pass.)"""
+delayed, children of earlier tasks, pooled, rate-limited, of a type no handler here
+runs), attempts ending (in success or a failure that retries), clock ticks and loop
+turns, with a second engine on the same log: every task runs, each attempt once, no
+more attempts at a time than the workers or the pool allows, no more claims in a
+minute than the rate limit, children after their parents, and at rest no slot stays
+reserved or counted as a claim to come; the log passes ``replay --verify``. (Claims
+decided three ways meet here: with the enqueue in its own request, behind a request,
+in a dispatcher pass.)"""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from auditkit import store_problems
 from enginekit import Harness, settle
 from hypothesis import given, settings
@@ -24,7 +27,7 @@ from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Job
 from snerd.rpc.protocol import Enqueue
 
-KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "other")
+KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "group", "other")
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("enqueue"), st.sampled_from(KINDS), st.booleans(), st.booleans()),
@@ -96,6 +99,8 @@ class Scenario:
                 self.parents[task_id] = parent
         elif kind == "pool":
             fields["pool"] = "p"
+        elif kind == "group":
+            fields["rate_limit_group"], fields["max_per_minute"] = "g", 2
         elif kind == "other":
             task_type = "other"  # no handler here: it waits (not counted as to run)
             self.enqueued.pop()
@@ -162,9 +167,13 @@ def _check(s: Scenario) -> None:
     for engine in (s.main, s.peer):
         assert engine._claims_queued == 0
         assert engine.dispatcher.reserved == 0
+    records = [orjson.loads(line) for line in s.harness.store.lines]
+    grouped = sorted(r["ts"] for r in records if r.get("event") == "claimed" and r.get("group"))
+    for first, third in zip(grouped, grouped[2:], strict=False):  # at most 2 in any 60 s
+        assert third - first >= 60_000, grouped
 
 
-@settings(max_examples=examples(60), deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(steps)
 def test_every_task_runs_each_attempt_once_whatever_the_interleaving(
     actions: list[tuple[Any, ...]],
