@@ -153,8 +153,8 @@ class Engine:
 
     def on_records(self, records: Sequence[Record]) -> None:
         if records and records[0].get(ev.F_EVENT) == ev.SNAPSHOT:  # a file's first line
-            seq = records[0].get(ev.F_SEQ)
-            self._snapshot_seq = seq if type(seq) is int else None
+            seq = records[0].get(ev.F_SEQ)  # (0: a log of lines without seqs, SnerdMQ's)
+            self._snapshot_seq = seq if type(seq) is int and seq > 0 else None
         if self._bulk is not None:
             self._bulk.feed(records)
             return

@@ -469,6 +469,14 @@ class BatchingLog(EventLog):
         self._notify("on_reset")
         return [*resume.held, *records]
 
+    def _snapshot_installed(self, header: Record) -> None:
+        """This instance installed a compaction (its backend counted the new log's lines
+        already): its listener hears the new log's header, as a follower that resumes on
+        the compacted log does (:meth:`_end_resume`), and so knows where the snapshot
+        is (the engine compacts again only once something was appended after it). It
+        hears it as a reader does: without the log's ``format`` field."""
+        self._notify("on_records", [{k: v for k, v in header.items() if k != FORMAT_FIELD}])
+
     def _reset(self) -> None:
         """Forget everything read so far and tell the listener a full replay follows."""
         self._last_seq = 0

@@ -498,6 +498,7 @@ class FileLog(BatchingLog):
                 archived.unlink()
                 raise
             self._adopt(point, len(records))
+            self._snapshot_installed(header)
             if self._fsync_on:
                 await asyncio.to_thread(
                     compaction.fsync_dirs, self.layout.tasks_dir, self.layout.archive_dir

@@ -183,7 +183,11 @@ class MemoryLog(BatchingLog):
             if self._generation != generation:
                 return
             ts = time.time_ns() // 1_000_000
-            name = archive_name(ts, last_seq)
+            taken = {name for name, _ in self.store.archives}
+            name, n = archive_name(ts, last_seq), 0
+            while name in taken:  # (a file log's free_archive_name)
+                n += 1
+                name = archive_name(ts, last_seq, n)
             origin = self.chain.tag.decode() + head.hex()
             header = snapshot_header(last_seq, ts, name, len(records), origin)
             lines = list(snapshot_lines(header, records, self.chain, head))
@@ -196,4 +200,5 @@ class MemoryLog(BatchingLog):
             self._byte_pos = sum(map(len, self.store.lines))
             self._records = len(lines) + self._records - records_at
             self._skipped -= skipped_at
+            self._snapshot_installed(header)
             self._notify_others()

@@ -654,12 +654,13 @@ class PostgresLog(BatchingLog):
                 archive = await self._archive_ahead(side, point)
                 if archive is None:
                     return
-                lines = self._snapshot_lines(point, records, archive)  # before the lock too
+                header, lines = self._snapshot_lines(point, records, archive)  # (no lock yet)
                 async with self._exclusive():
                     if self._epoch != point.epoch:
                         return  # someone else compacted first; our snapshot is stale
                     await self._compact_locked(point, lines, archive)
                     archive = None  # installed
+                    self._snapshot_installed(header)
             except (StorageUnavailable, psycopg.Error) as exc:
                 if isinstance(exc, psycopg.Error):
                     exc = unavailable(self.target, exc)
@@ -704,12 +705,12 @@ class PostgresLog(BatchingLog):
         return _Archive(name, ts, upto)
 
     def _snapshot_lines(self, point: _Point, records: list[Record],
-                        archive: _Archive) -> list[bytes]:  # fmt: skip
-        """The new log's first lines: its header (naming ``archive``), then the snapshot,
-        chained on from the head at the point."""
+                        archive: _Archive) -> tuple[Record, list[bytes]]:  # fmt: skip
+        """The new log's header (naming ``archive``) and first lines: the header, then
+        the snapshot, chained on from the head at the point."""
         origin = self.chain.tag.decode() + point.chain_head.hex()
         header = snapshot_header(point.last_seq, archive.ts, archive.name, len(records), origin)
-        return list(snapshot_lines(header, records, self.chain, point.chain_head))
+        return header, list(snapshot_lines(header, records, self.chain, point.chain_head))
 
     async def _compact_locked(self, point: _Point, lines: list[bytes],
                               archive: _Archive) -> None:  # fmt: skip

@@ -88,6 +88,23 @@ async def test_a_burst_into_a_capped_pool_runs_one_at_a_time(harness: Harness) -
     assert sorted(c[1] for c in harness.calls) == ["fast", "s0", "s1", "s2"]
 
 
+async def test_a_log_not_appended_to_since_its_compaction_is_not_compacted_again(
+    harness: Harness,
+) -> None:
+    """A compaction of a log that nothing was appended to since its last one would only
+    add another archive: the engine that compacted knows where its snapshot is, and
+    compacts again once something was appended."""
+    engine = await harness.engine({"t": _noop})
+    await engine.enqueue(_enqueue("a"))
+    await settle(engine, lambda: not engine.state.tasks)
+    assert await engine.compact() is True
+    assert await engine.compact() is False  # nothing appended since
+    await engine.enqueue(_enqueue("b"))
+    await settle(engine, lambda: not engine.state.tasks)
+    assert await engine.compact() is True
+    assert len(harness.store.archives) == 2
+
+
 async def test_rate_limited_task_wakes_exactly_when_a_slot_frees(harness: Harness) -> None:
     engine = await harness.engine({"t": _noop})
     for i in range(3):

@@ -164,18 +164,22 @@ async def test_follow_delivers_without_being_asked(open_log: OpenLog) -> None:
 
 async def test_compaction_keeps_state_and_the_other_instance_goes_on(open_log: OpenLog) -> None:
     """An instance that had read up to the compaction point keeps its state: it hears
-    the new snapshot's header, not the restated records (no reset, no replay)."""
+    the new snapshot's header, not the restated records (no reset, no replay); so does
+    the instance that compacted (where the snapshot is: the engine compacts again only
+    once something was appended after it)."""
     a, rec_a = await open_log(follow=False)
     b, rec_b = await open_log(follow=False)
     await a.append(recs("x", "y") + recs("x", v=2) + [{"del": "y"}])
     await b.catch_up()
     before = dict(rec_a.state)
-    heard = len(rec_b.records)
+    heard, heard_a = len(rec_b.records), len(rec_a.records)
     await a.compact(rec_a.snapshot())
     assert rec_a.state == before and rec_a.resets == 0
+    [header] = rec_a.records[heard_a:]
+    assert header["event"] == "snapshot" and header["seq"] == 4
     await b.catch_up()
     assert rec_b.resets == 0 and rec_b.state == before
-    assert [r.get("event") for r in rec_b.records[heard:]] == ["snapshot"]
+    assert rec_b.records[heard:] == [header]
     assert b.stats().records == a.stats().records
     _, fresh = await open_log(follow=False)
     assert fresh.state == before

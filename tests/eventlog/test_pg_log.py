@@ -660,7 +660,7 @@ async def test_a_compaction_copies_the_old_rows_before_it_takes_the_queues_lock(
     assert name2 == name and size > 0 and rows == 4  # "d" copied under the lock
     await log.append(recs("e"))
     assert _puts(backend.url) == ["a", "b", "c", "d", "e"]
-    assert rec.snapshot() and [r["k"] for r in rec.records][-1] == "e"
+    assert rec.snapshot() and [r["k"] for r in rec.data()][-1] == "e"
     report = verify_logs(chain_logs(backend.url))
     assert report.breaks == [] and report.older_links == 0
 
