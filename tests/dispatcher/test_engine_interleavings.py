@@ -1,7 +1,8 @@
 """The engine under arbitrary interleavings of enqueues (awaited or not, plain, urgent,
 delayed, children of earlier tasks, pooled, rate-limited, of a type no handler here
-runs), attempts ending (in success or a failure that retries), clock ticks and loop
-turns, with a second engine on the same log: every task runs, each attempt once, no
+runs), attempts ending (in success or a failure that retries), cancels, compactions,
+the second engine's liveness lock lost, clock ticks and loop turns, with that second
+engine on the same log: every task runs, each attempt once, no
 more attempts at a time than the workers or the pool allows, no more claims in a
 minute than the rate limit, children after their parents, and at rest no slot stays
 reserved or counted as a claim to come; the log passes ``replay --verify``. (Claims
@@ -34,6 +35,9 @@ steps = st.lists(
         st.tuples(st.just("end"), st.integers(1, 3)),
         st.tuples(st.just("tick"), st.sampled_from((0.5, 5.0, 61.0))),
         st.tuples(st.just("turn"), st.integers(1, 3)),
+        st.tuples(st.just("cancel"), st.integers(0, 30)),
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("partition")),
     ),
     max_size=30,
 )
@@ -48,7 +52,7 @@ class Scenario:
         self.gates: dict[tuple[str, int], asyncio.Event] = {}
         self.waiting: list[tuple[str, int]] = []  # attempts running, oldest first
         self.ran: list[tuple[str, str, int]] = []  # (engine, task, attempt)
-        self.ended: dict[str, float] = {}  # task id -> clock when its success was submitted
+        self.cancelled: dict[str, int] = {}  # task id -> attempts begun when its cancel was acked
         self.parents: dict[str, str] = {}
         self.busy: dict[str, int] = {}
         self.most: dict[str, int] = {}
@@ -73,7 +77,6 @@ class Scenario:
                     self.busy[held] -= 1
             if job.id.endswith("-f") and job.attempt == 1:
                 raise RuntimeError("fails once, then retries")
-            self.ended[job.id] = self.harness.clock.now()
 
         return run
 
@@ -95,8 +98,8 @@ class Scenario:
         elif kind == "child" and len(self.enqueued) > 1:
             parent = self.enqueued[-2]
             fields["trigger_after_ids"] = (parent,)
-            if parent in self.acked:  # (else it may be unknown yet: then it waits for none)
-                self.parents[task_id] = parent
+            if parent in self.acked and parent not in self.cancelled:  # (else it may be
+                self.parents[task_id] = parent  # unknown, or gone: then it waits for none)
         elif kind == "pool":
             fields["pool"] = "p"
         elif kind == "group":
@@ -123,6 +126,16 @@ class Scenario:
             del self.waiting[: action[1]]
         elif action[0] == "tick":
             self.harness.clock.advance(action[1])
+        elif action[0] == "cancel":
+            if self.enqueued:
+                task_id = self.enqueued[action[1] % len(self.enqueued)]
+                if await self.main.cancel(task_id) is None:
+                    self.cancelled[task_id] = len(self.ran)
+        elif action[0] == "compact":
+            await self.main.compact()
+        elif action[0] == "partition":  # the peer's liveness lock is lost (a partition)
+            assert self.harness.liveness is not None
+            self.harness.liveness.release(self.peer.daemon)
         else:
             for _ in range(action[1]):
                 await asyncio.sleep(0)
@@ -154,7 +167,10 @@ def _check(s: Scenario) -> None:
     done = [t for t in s.main.state.tasks.values() if t.type == "t"]
     assert done == [], f"left over: {done}"
     ran_ids = {task_id for _, task_id, _ in s.ran}
-    assert set(s.enqueued) <= ran_ids  # every task of a type run here ran
+    failed_through = set(s.main.state.dlq)
+    assert set(s.enqueued) - set(s.cancelled) - failed_through <= ran_ids  # the rest ran
+    for task_id, begun in s.cancelled.items():  # nothing starts once a cancel is acked
+        assert task_id not in {t for _, t, _ in s.ran[begun:]}
     attempts = [(task_id, attempt) for _, task_id, attempt in s.ran]
     assert len(attempts) == len(set(attempts)), "an attempt ran twice"
     assert s.most.get("main", 0) <= 3 and s.most.get("peer", 0) <= 1
@@ -163,7 +179,8 @@ def _check(s: Scenario) -> None:
     for i, (_, task_id, _) in enumerate(s.ran):
         first_run.setdefault(task_id, i)
     for child, parent in s.parents.items():  # a child runs once its parent has ended
-        assert first_run[child] > first_run[parent]
+        if child in first_run:  # (else cancelled, or failed through)
+            assert parent in first_run and first_run[child] > first_run[parent]
     for engine in (s.main, s.peer):
         assert engine._claims_queued == 0
         assert engine.dispatcher.reserved == 0
