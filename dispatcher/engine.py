@@ -366,12 +366,12 @@ class Engine:
         lock hold), right after the enqueue's records were folded (in-process, in the
         enqueue's own request where it can be told without that fold: below). No
         coroutine, no task: the daemon answers each line from a callback. Once
-        submitted, the enqueue is written whether or not anyone still waits for it. ``reply`` (if
-        given) is called with the resolved future first thing, then the attempt starts
-        in the same callback (one loop iteration for the ack and the ``execute``, the
-        ack first). Without one (the embedded queue), the attempt starts first: an
-        in-process handler that ends at once then submits its outcome before the
-        waiter's next enqueue, and both go in one batch.
+        submitted, the enqueue is written whether or not anyone still waits for it.
+        ``reply`` (if given) is called with the resolved future first thing, then the
+        attempt starts in the same callback (one loop iteration for the ack and the
+        ``execute``, the ack first). Without one (the embedded queue), the attempt starts
+        first: an in-process handler that ends at once then submits its outcome before
+        the waiter's next enqueue, and both go in one batch.
 
         ``acked`` (the daemon's) answers earlier: the log calls it with the outcome from
         its writer the moment the enqueue is durable (``on_durable``), before the claim
