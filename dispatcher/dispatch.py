@@ -21,7 +21,7 @@ from snerd.errors import LogError
 from snerd.eventlog.base import Record
 from snerd.projections import heap
 from snerd.projections.commands import Claim, FailThrough
-from snerd.projections.decide import claim_enqueued, owns, planned_claims
+from snerd.projections.decide import claim_alone, claim_enqueued, owns, planned_claims
 from snerd.projections.delta import Delta
 from snerd.projections.plan import Plan, idle, plan
 from snerd.projections.state import QueueState
@@ -137,13 +137,29 @@ class Dispatcher:
                 self._wake.set()
                 return
 
-    def claim_under_lock(self, state: QueueState, now: float) -> tuple[list[Record], Claimed]:
+    def claim_under_lock(
+        self, state: QueueState, now: float, alone: str | None = None
+    ) -> tuple[list[Record], Claimed]:  # fmt: skip
         """Under the log lock, against the caught-up ``state``: plan, and decide the
-        plan's claims. The attempts stay reserved until :meth:`begin_claimed`."""
+        plan's claims. The attempts stay reserved until :meth:`begin_claimed`. With
+        ``alone`` (the id of a task just enqueued), no plan where that task is the one
+        thing a plan could pick (:func:`~snerd.projections.decide.claim_alone`)."""
         e = self.engine
         capacity = self.capacity()
         if capacity <= 0:  # taken by claims decided earlier in this batch: nothing to plan
             return [], []
+        if alone is not None:
+            claim = Claim((), e.config.lease_seconds, e.config.timeout_grace)
+            told = claim_alone(state, alone, claim, now=now, daemon=e.daemon,
+                               eligible=self._eligible)  # fmt: skip
+            if told is not None:
+                if capacity > len(told.outcome):  # as a plan that took all it could
+                    self._wake.clear()
+                    timer = heap.top(state.timers)
+                    self._arm(None if timer is None else timer[0])
+                claimed: Claimed = told.outcome
+                self._reserve(claimed)
+                return told.records, claimed
         step = self.plan(now, state)
         if not step.fail_through and len(step.claims) < capacity:
             # This plan, made against the caught-up state, took everything that can run
@@ -156,7 +172,7 @@ class Dispatcher:
                       e.config.timeout_grace)  # fmt: skip
         # planned against this very state at this instant: nothing to check again
         decision = planned_claims(list(step.claims), claim, now=now, daemon=e.daemon)
-        claimed: Claimed = decision.outcome
+        claimed = decision.outcome
         self._reserve(claimed)
         return decision.records, claimed
 

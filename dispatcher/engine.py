@@ -427,7 +427,7 @@ class Engine:
                 if reserved:
                     self.dispatcher.begin_claimed(reserved)
 
-        claiming, reserved = self._claim_behind(settle)
+        claiming, reserved = self._claim_behind(settle, cmd.task_id if _alone(cmd) else None)
         return done
 
     def _enqueue_claiming(self, cmd: Enqueue, enqueued: asyncio.Future[EnqueueOutcome]) -> None:
@@ -536,7 +536,7 @@ class Engine:
         return True
 
     def _claim_behind(
-        self, then: Callable[[asyncio.Future[Claimed]], None]
+        self, then: Callable[[asyncio.Future[Claimed]], None], alone: str | None = None
     ) -> tuple[asyncio.Future[Claimed], Claimed]:
         """Submit the claims the plan makes for this engine's free slots, right behind
         what was just submitted (the same batch: one lock hold, one write), decided
@@ -544,7 +544,9 @@ class Engine:
         attempts it reserves (filled under the lock): :meth:`Dispatcher.begin_claimed`
         once written, else :meth:`_unclaim`; ``then`` is the future's callback, called
         once it resolves (the only one: a callback is a loop step). A claim decided when
-        earlier ones took every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
+        earlier ones took every slot plans nothing (:meth:`Dispatcher.claim_under_lock`);
+        one behind the enqueue of the task ``alone`` makes no plan where that task is
+        the one thing a plan could pick."""
         reserved: Claimed = []
         queued = True  # counted in _claims_queued until it is decided (or never is)
 
@@ -556,7 +558,8 @@ class Engine:
 
         def claim() -> tuple[list[Record], Claimed]:
             decided()
-            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
+            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now(),
+                                                                alone)  # fmt: skip
             reserved.extend(claimed)
             return records, claimed
 

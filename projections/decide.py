@@ -37,7 +37,7 @@ from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState, advance, fold
-from snerd.projections.task import Task, build, task_from_record, task_to_record, with_
+from snerd.projections.task import READY, Task, build, task_from_record, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -520,6 +520,32 @@ def claim_enqueued(
         return None
     if not eligible(task):
         return _decided([], [])
+    return planned_claims([task], command, now=now, daemon=daemon)
+
+
+def claim_alone(
+    state: QueueState, task_id: str, command: Claim, *, now: float, daemon: str,
+    eligible: Callable[[Task], bool],
+) -> Decision | None:  # fmt: skip
+    """The claims that a plan with free slots makes, at ``now``, in ``state``, when the
+    task ``task_id`` is the one thing in it a plan could pick: it is ready (no rate
+    group), alone in the only lane, and no timer is due by ``now`` nor any child doomed.
+    What :func:`~snerd.projections.plan.plan` and :func:`planned_claims` make, told
+    without a plan; None when only a plan can tell, or ``eligible`` refuses the task.
+    (The daemon's claim behind an enqueue, after its fold: :func:`claim_enqueued` is the
+    same question asked before the fold.)"""
+    if len(state.lanes) != 1 or state.doomed:
+        return None
+    timer = heap.top(state.timers)
+    if timer is not None and timer[0] <= now:
+        return None
+    node = next(iter(state.lanes.values()))
+    if node is None or node[0] is not None or node[1][2] != task_id:  # one entry: the task
+        return None
+    task = state.tasks.get(task_id)
+    if (task is None or task.phase != READY or task.order != node[1][1] or task.rate_group
+            or not eligible(task)):  # fmt: skip
+        return None
     return planned_claims([task], command, now=now, daemon=daemon)
 
 

@@ -342,6 +342,25 @@ async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harn
     assert engine.log.commits - commits == 3  # type: ignore[attr-defined]
 
 
+async def test_an_enqueue_answered_early_claims_its_task_alone_without_a_plan(
+    harness: Harness, monkeypatch
+) -> None:
+    """The daemon's enqueue (answered early) of a task that is the one thing a plan
+    could pick, one after another: its claim behind the ack takes it without a plan
+    (``decide.claim_alone``); with a task already waiting, a plan decides, as before."""
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    plans = _count_plans(monkeypatch)
+    for i in range(5):
+        await engine.enqueue_soon(_enqueue(f"d{i}"), None, lambda _: None)
+        await settle(engine, lambda i=i: len(harness.calls) == i + 1 and not engine.runs)
+    assert plans == []
+    await engine.enqueue(Enqueue("elsewhere", "other", task_data="{}"))  # waits: not run here
+    await engine.enqueue_soon(_enqueue("after"), None, lambda _: None)
+    await settle(engine, lambda: len(harness.calls) == 6 and not engine.runs)
+    assert plans == [1]  # another lane holds a task: only a plan can tell
+
+
 async def test_an_outcome_is_answered_by_the_log_s_writer(harness: Harness) -> None:
     """finish_soon's ``then`` (the daemon's reply to a result line) hears the outcome
     from the log's writer, with no loop turn of its own (a memory log's batch waits on

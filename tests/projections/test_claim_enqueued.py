@@ -1,9 +1,10 @@
 """The claim of a task just enqueued, told without folding the enqueue first
-(``decide.claim_enqueued``), is exactly what a plan with a free slot and
-``planned_claims`` make against the folded state; where it cannot tell, it says so.
+(``decide.claim_enqueued``), or after the fold without a plan (``decide.claim_alone``),
+is exactly what a plan with free slots and ``planned_claims`` make against the folded
+state; where it cannot tell, it says so.
 
-The engine relies on it for an awaited enqueue when a worker is free: the enqueue and
-its claim are decided in one request and folded once."""
+The engine relies on them: in-process, an awaited enqueue and its claim are decided in
+one request and folded once; the daemon's claim behind an enqueue needs no plan."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from snerd.projections import events as ev
 from snerd.projections.commands import Claim, Enqueue
-from snerd.projections.decide import claim_enqueued, decide, planned_claims
+from snerd.projections.decide import claim_alone, claim_enqueued, decide, planned_claims
 from snerd.projections.plan import plan
 from snerd.projections.state import QueueState, empty, fold
 
@@ -109,3 +110,45 @@ def test_a_ready_task_waiting_already_leaves_it_to_the_plan() -> None:
     assert claim_enqueued(state, enqueued, CLAIM, now=now, daemon="d",
                           eligible=lambda task: True) is None  # fmt: skip
     assert _slow(state, enqueued, now, set())[1] == [("old", 1)]
+
+
+def _alone(state: QueueState, cmd: Enqueue, now: float, capacity: int, refused: set[str]) -> None:
+    decision = decide(state, cmd, now=now, daemon="d")
+    if len(decision.records) != 1:
+        return
+    folded, _ = fold(state, [{**decision.records[0], ev.F_SEQ: state.last_seq + 1}])
+    eligible = lambda task: task.type not in refused  # noqa: E731
+    told = claim_alone(folded, cmd.task_id, CLAIM, now=now, daemon="d", eligible=eligible)
+    if told is None:
+        event("alone: only a plan can tell")
+        return
+    event(f"alone: told, capacity {capacity}")
+    step = plan(folded, now, capacity, accepts=eligible)
+    planned = planned_claims(list(step.claims), CLAIM, now=now, daemon="d")
+    assert told.records == planned.records
+    assert [(t.id, a) for t, a in told.outcome] == [(t.id, a) for t, a in planned.outcome]
+
+
+@settings(max_examples=examples(400))
+@given(loggen.valid_logs, enqueues, loggen.nows, st.integers(1, 3),
+       st.sets(st.sampled_from(loggen.TYPES)))  # fmt: skip
+def test_the_claim_told_after_the_fold_is_the_plans(
+    log: list[Any], cmd: Enqueue, now: float, capacity: int, refused: set[str]
+) -> None:
+    _alone(fold(empty(), log)[0], cmd, now, capacity, refused)
+
+
+@settings(max_examples=examples(400))
+@given(loggen.any_logs, enqueues, loggen.nows, st.integers(1, 3))
+def test_the_claim_told_after_the_fold_holds_on_any_log(
+    log: list[Any], cmd: Enqueue, now: float, capacity: int
+) -> None:
+    _alone(fold(empty(), log)[0], cmd, now, capacity, set())
+
+
+def test_an_idle_queue_is_told_after_the_fold_without_a_plan() -> None:
+    state, _ = fold(empty(), [])
+    enqueued = decide(state, Enqueue("t", loggen.TYPES[0]), now=loggen.T0, daemon="d").records
+    folded, _ = fold(state, [{**enqueued[0], ev.F_SEQ: 1}])
+    told = claim_alone(folded, "t", CLAIM, now=loggen.T0, daemon="d", eligible=lambda t: True)
+    assert told is not None and [(t.id, a) for t, a in told.outcome] == [("t", 1)]
