@@ -1,14 +1,14 @@
-"""The engine under arbitrary interleavings of enqueues (awaited or not, plain, urgent,
-delayed, children of earlier tasks, pooled, rate-limited, with a hard timeout, of a
-type no handler here runs), attempts ending (in success or a failure that retries),
-cancels, compactions, the second engine's liveness lock lost or its process crashed
-(a new one starts), clock ticks and loop turns, with that second engine on the same
-log: every task runs, each attempt once, no more attempts at a time than the workers
-or the pool allows, no more claims in a minute than the rate limit, children after
-their parents, nothing started once its cancel is acked, and at rest no slot stays
-reserved or counted as a claim to come; the log passes ``replay --verify``. (Claims
-decided three ways meet here: with the enqueue in its own request, behind a request,
-in a dispatcher pass.)"""
+"""The engine under arbitrary interleavings of enqueues (awaited or not, in-process or
+as the daemon submits them; plain, urgent, delayed, children of earlier tasks, pooled,
+rate-limited, with a hard timeout, of a type no handler here runs), attempts ending (in
+success or a failure that retries), cancels, compactions, the second engine's liveness
+lock lost or its process crashed (a new one starts), clock ticks and loop turns, with
+that second engine on the same log: every task runs, each attempt once, no more
+attempts at a time than the workers or the pool allows, no more claims in a minute
+than the rate limit, children after their parents, nothing started once its cancel is
+acked, and at rest no slot stays reserved or counted as a claim to come; the log passes
+``replay --verify``. (Claims decided four ways meet here: with the enqueue in its own
+request, behind a request without a plan or with one, in a dispatcher pass.)"""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from snerd.rpc.protocol import Enqueue
 KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "group", "timeout", "other")
 steps = st.lists(
     st.one_of(
-        st.tuples(st.just("enqueue"), st.sampled_from(KINDS), st.booleans(), st.booleans()),
+        st.tuples(st.just("enqueue"), st.sampled_from(KINDS), st.booleans(), st.booleans(),
+                  st.booleans()),
         st.tuples(st.just("end"), st.integers(1, 3)),
         st.tuples(st.just("tick"), st.sampled_from((0.5, 5.0, 61.0))),
         st.tuples(st.just("turn"), st.integers(1, 3)),
@@ -125,10 +126,13 @@ class Scenario:
 
     async def step(self, action: tuple[Any, ...]) -> None:
         if action[0] == "enqueue":
-            _, kind, awaited, by_peer = action
+            _, kind, awaited, by_peer, as_daemon = action
             engine = self.peer if by_peer else self.main
             command = self.command(kind, fails=kind == "plain" and awaited)
-            pending = asyncio.ensure_future(engine.enqueue(command))
+            if as_daemon:  # as the daemon submits an SDK's enqueue: acked when durable
+                pending = engine.enqueue_soon(command, None, lambda _: None)
+            else:
+                pending = asyncio.ensure_future(engine.enqueue(command))
             pending.add_done_callback(lambda done: self._acked(command.task_id, done))
             if awaited:
                 await pending
