@@ -620,16 +620,23 @@ class Engine:
         return await self.progress_soon(task_id, data)
 
     def progress_soon(self, task_id: str, data: Any) -> asyncio.Future[cmds.Refusal | None]:
-        """:meth:`report_progress`, decided now (in order with an outcome that follows)."""
+        """:meth:`report_progress`, submitted now (in order with an outcome that follows)
+        and decided under the lock, against the caught-up state: another daemon may have
+        released the claim meanwhile (it took this one for dead), and then the progress
+        is refused, not written for a task that is no longer running here."""
         run = self.runs.get(task_id)
         if run is None:
             refused = asyncio.get_running_loop().create_future()
             refused.set_result(cmds.Refusal("not_active", f"task {task_id!r} is not running here"))
             return refused
         command = ReportProgress(task_id, run.attempt, data)
-        decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
-        outcome: cmds.Refusal | None = decision.outcome
-        return self.log.submit(lambda: (decision.records, outcome), durable=False)
+
+        def under_lock() -> tuple[list[Record], cmds.Refusal | None]:
+            decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
+            outcome: cmds.Refusal | None = decision.outcome
+            return decision.records, outcome
+
+        return self.log.submit(under_lock, durable=False)
 
     async def finish(
         self, task_id: str, *, success: bool, error: str | None = None,

@@ -129,6 +129,24 @@ async def test_claims_of_a_dead_daemon_are_released_and_run_elsewhere(harness: H
     assert refusal is not None and refusal.code in ("not_active", "unknown_task")
 
 
+async def test_progress_after_the_claim_was_released_elsewhere_is_refused(
+    harness: Harness,
+) -> None:
+    """Progress is decided under the lock, against the caught-up state: a daemon that has
+    not heard yet that another released its claim (it took it for dead) is refused,
+    and writes no progress for a task no longer running there (``replay --verify``
+    flags such a line; the interleaving test found it)."""
+    from snerd.projections.commands import Release
+
+    a, _ = await _running_forever(harness)
+    b = await harness.engine({})
+    a.log._follower.cancel()  # type: ignore[attr-defined]  # a hears nothing until it writes
+    await b.run_command(Release((("job", 1),), "owner_died"))
+    refusal = await a.progress_soon("job", {"pct": 50})
+    assert refusal is not None and refusal.code == "not_active"
+    assert not any(b'"progress"' in line for line in harness.store.lines)
+
+
 async def test_a_daemon_taken_for_dead_claims_nothing_until_its_lock_is_its_own_again(
     harness: Harness,
 ) -> None:

@@ -1,14 +1,15 @@
 """The engine under arbitrary interleavings of enqueues (awaited or not, in-process or
 as the daemon submits them; plain, urgent, delayed, children of earlier tasks, pooled,
-rate-limited, with a hard timeout, of a type no handler here runs), attempts ending (in
-success or a failure that retries), cancels, compactions, the second engine's liveness
-lock lost or its process crashed (a new one starts), clock ticks and loop turns, with
-that second engine on the same log: every task runs, each attempt once, no more
-attempts at a time than the workers or the pool allows, no more claims in a minute
-than the rate limit, children after their parents, nothing started once its cancel is
-acked, and at rest no slot stays reserved or counted as a claim to come; the log passes
-``replay --verify``. (Claims decided four ways meet here: with the enqueue in its own
-request, behind a request without a plan or with one, in a dispatcher pass.)"""
+rate-limited, with a hard timeout, of a type no handler here runs), attempts reporting
+progress and ending (in success or a failure that retries), cancels, compactions, the
+second engine's liveness lock lost or its process crashed (a new one starts), clock
+ticks and loop turns, with that second engine on the same log: every task runs, each
+attempt once, no more attempts at a time than the workers or the pool allows, no more
+claims in a minute than the rate limit, children after their parents, nothing started
+once its cancel is acked, and at rest no slot stays reserved or counted as a claim to
+come; the log passes ``replay --verify``. (Claims decided four ways meet here: with
+the enqueue in its own request, behind a request without a plan or with one, in a
+dispatcher pass.)"""
 
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ class Scenario:
             gate = self.gates.setdefault(key, asyncio.Event())
             self.waiting.append(key)
             try:
+                if job.id.startswith(("k1-", "k3-", "k5-")):  # some report progress first
+                    await job.progress({"attempt": job.attempt})
                 await gate.wait()
             finally:
                 for held in slots:
