@@ -1,15 +1,15 @@
 """The engine under arbitrary interleavings of enqueues (awaited or not, in-process or
 as the daemon submits them; plain, urgent, delayed, children of earlier tasks, pooled,
-rate-limited, with a hard timeout, of a type no handler here runs), attempts reporting
-progress and ending (in success or a failure that retries), cancels, compactions, the
-second engine's liveness lock lost or its process crashed (a new one starts), clock
-ticks and loop turns, with that second engine on the same log: every task runs, each
-attempt once, no more attempts at a time than the workers or the pool allows, no more
-claims in a minute than the rate limit, children after their parents, nothing started
-once its cancel is acked, and at rest no slot stays reserved or counted as a claim to
-come; the log passes ``replay --verify``. (Claims decided four ways meet here: with
-the enqueue in its own request, behind a request without a plan or with one, in a
-dispatcher pass.)"""
+rate-limited, with a hard timeout, failing for good, of a type no handler here runs),
+attempts reporting progress and ending (in success or a failure), dead letters
+requeued, cancels, compactions, the second engine's liveness lock lost or its process
+crashed (a new one starts), clock ticks and loop turns, with that second engine on the
+same log: every task runs, each attempt once, no more attempts at a time than the
+workers or the pool allows, no more claims in a minute than the rate limit, children
+after their parents, nothing started once its cancel is acked, and at rest no slot
+stays reserved or counted as a claim to come; the log passes ``replay --verify``.
+(Claims decided four ways meet here: with the enqueue in its own request, behind a
+request without a plan or with one, in a dispatcher pass.)"""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Job
 from snerd.rpc.protocol import Enqueue
 
-KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "group", "timeout", "other")
+KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "group", "timeout", "dead",
+         "other")
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("enqueue"), st.sampled_from(KINDS), st.booleans(), st.booleans(),
@@ -42,6 +43,7 @@ steps = st.lists(
         st.tuples(st.just("compact")),
         st.tuples(st.just("partition")),
         st.tuples(st.just("crash")),
+        st.tuples(st.just("requeue"), st.integers(0, 30)),
     ),
     max_size=30,
 )
@@ -84,6 +86,8 @@ class Scenario:
                     self.busy[held] -= 1
             if job.id.endswith("-f") and job.attempt == 1:
                 raise RuntimeError("fails once, then retries")
+            if job.id.endswith("-dead"):
+                raise RuntimeError("fails every time: dead-lettered at once")
 
         return run
 
@@ -112,6 +116,8 @@ class Scenario:
             fields["rate_limit_group"], fields["max_per_minute"] = "g", 2
         elif kind == "timeout":  # fails (and retries) if its gate stays shut 10 s
             fields["max_execution_seconds"] = 10.0
+        elif kind == "dead":
+            fields["max_retries"] = 0
         elif kind == "other":
             task_type = "other"  # no handler here: it waits (not counted as to run)
             self.enqueued.pop()
@@ -159,6 +165,10 @@ class Scenario:
             self.harness.liveness.release(self.peer.daemon)
         elif action[0] == "crash":
             await self.crash_peer()
+        elif action[0] == "requeue":  # a dead letter back to the queue: it runs again
+            keys = sorted(self.main.state.dlq)
+            if keys:
+                await self.main.requeue(keys[action[1] % len(keys)])
         else:
             for _ in range(action[1]):
                 await asyncio.sleep(0)
