@@ -27,6 +27,23 @@ class Clock(Protocol):
         """Run ``callback`` on the event loop once ``now() >= when``."""
 
 
+async def sleep(clock: Clock, seconds: float) -> None:
+    """Wait ``seconds`` on ``clock``: the dispatcher's backoffs (a pass or an outcome
+    the storage refused, a liveness lock not confirmed) wait on the same clock as
+    everything else, so a :class:`ManualClock` drives them too."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    timer = clock.call_at(clock.now() + seconds, wake)
+    try:
+        await done
+    finally:
+        timer.cancel()
+
+
 class SystemClock:
     """The real wall clock."""
 

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from snerd.dispatcher.clock import Timer
+from snerd.dispatcher.clock import Timer, sleep
 from snerd.dispatcher.executors import Executor, Run
 from snerd.errors import LogError
 from snerd.eventlog.base import Record
@@ -102,11 +102,11 @@ class Dispatcher:
                 await self._pass()
             except LogError as exc:  # storage trouble: the log recovers by itself
                 log.warning("dispatch paused: %s", exc)
-                await asyncio.sleep(1.0)
+                await sleep(self.engine.clock, 1.0)
                 self._wake.set()
             except Exception:  # keep dispatching; the log stays the truth
                 log.exception("dispatch pass failed")
-                await asyncio.sleep(0.1)
+                await sleep(self.engine.clock, 0.1)
                 self._wake.set()
 
     async def _pass(self) -> None:

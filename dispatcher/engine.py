@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from snerd.dispatcher.clock import Clock, SystemClock
+from snerd.dispatcher.clock import Clock, SystemClock, sleep
 from snerd.dispatcher.dispatch import Claimed, Dispatcher
 from snerd.dispatcher.executors import Executor, Run
 from snerd.dispatcher.housekeeping import Housekeeper
@@ -218,7 +218,7 @@ class Engine:
                     return
                 except LogError as exc:
                     log.warning("liveness lock not confirmed (%s); retrying", exc)
-                    await asyncio.sleep(delay)
+                    await sleep(self.clock, delay)
                     delay = min(delay * 2, 5.0)
         finally:
             self._confirming = None
@@ -752,7 +752,7 @@ class Engine:
         (at-least-once)."""
         delay = 0.05
         while True:
-            await asyncio.sleep(delay)
+            await sleep(self.clock, delay)
             try:
                 await self.run_command(command)
                 return
