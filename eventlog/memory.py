@@ -131,6 +131,18 @@ class MemoryLog(BatchingLog):
         self._caught_up()
         return delivered
 
+    async def _replay_all(self) -> None:
+        """After a storage fault: reset the listener and replay the store from its start
+        (what the file log does from its file)."""
+        async with self._mutex:
+            if self._closing:
+                return
+            self._reset()
+            self._staged = []
+            self._generation = self.store.generation
+            self._pos = self._byte_pos = 0
+            self._sync()
+
     async def catch_up(self) -> int:
         self._check_usable()
         async with self._mutex:

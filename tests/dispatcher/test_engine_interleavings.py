@@ -14,6 +14,7 @@ request without a plan or with one, in a dispatcher pass.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from collections.abc import Awaitable
 from pathlib import Path
@@ -28,6 +29,8 @@ from hypothesis_budget import examples
 
 from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Job
+from snerd.errors import LogError
+from snerd.eventlog.base import StorageUnavailable
 from snerd.rpc.protocol import Enqueue
 
 KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "group", "timeout", "dead",
@@ -44,6 +47,7 @@ steps = st.lists(
         st.tuples(st.just("partition")),
         st.tuples(st.just("crash")),
         st.tuples(st.just("requeue"), st.integers(0, 30)),
+        st.tuples(st.just("fault"), st.booleans()),
     ),
     max_size=30,
 )
@@ -95,6 +99,8 @@ class Scenario:
         h = self.harness
         self.main = await h.engine({"t": self.handler("main")}, max_workers=3, pools={"p": 1})
         self.peer = await h.engine({"t": self.handler("peer")}, max_workers=1)
+        for engine in (self.main, self.peer):
+            engine.log.monotonic = h.clock.now  # type: ignore[attr-defined]  # backoffs
         return self.main, self.peer
 
     def command(self, kind: str, fails: bool) -> Enqueue:
@@ -134,6 +140,12 @@ class Scenario:
             self.parents.pop(task_id, None)
 
     async def step(self, action: tuple[Any, ...]) -> None:
+        """One step; a command the storage refuses (a fault, or the backoff after one)
+        is refused as a whole: nothing of it was written."""
+        with contextlib.suppress(LogError):
+            await self._step(action)
+
+    async def _step(self, action: tuple[Any, ...]) -> None:
         if action[0] == "enqueue":
             _, kind, awaited, by_peer, as_daemon = action
             engine = self.peer if by_peer else self.main
@@ -165,6 +177,8 @@ class Scenario:
             self.harness.liveness.release(self.peer.daemon)
         elif action[0] == "crash":
             await self.crash_peer()
+        elif action[0] == "fault":  # the storage refuses that engine's next batch
+            self.refuse_next(self.peer if action[1] else self.main)
         elif action[0] == "requeue":  # a dead letter back to the queue: it runs again
             keys = sorted(self.main.state.dlq)
             if keys:
@@ -172,6 +186,24 @@ class Scenario:
         else:
             for _ in range(action[1]):
                 await asyncio.sleep(0)
+
+    def refuse_next(self, engine: Engine) -> None:
+        """The next batch of ``engine``'s log fails where it takes the lock, as a lost
+        disk does; its callers hear it, and the log recovers by itself (replay) once its
+        backoff, on the test's clock, has passed."""
+        log: Any = engine.log
+        real = type(log)._exclusive
+        armed = [True]
+
+        @contextlib.asynccontextmanager
+        async def exclusive() -> Any:
+            if armed[0]:
+                armed[0] = False
+                raise StorageUnavailable("the disk went away")
+            async with real(log):
+                yield
+
+        log._exclusive = exclusive
 
     async def crash_peer(self) -> None:
         """The peer's process dies: its lock goes, its attempts stop where they are, it
@@ -190,6 +222,7 @@ class Scenario:
         self.dead.append(peer)  # (kept in the harness: a new engine gets a new daemon id)
         self.crashed += 1
         self.peer = await h.engine({"t": self.handler(f"peer{self.crashed}")}, max_workers=1)
+        self.peer.log.monotonic = h.clock.now  # type: ignore[attr-defined]
 
     async def finish(self) -> None:
         """Let everything run to its end: gates open, time passes for delays and
@@ -230,6 +263,7 @@ def _check(s: Scenario) -> None:
     moved = {task_id for name, task_id, _ in s.ran if name != "main"} & {
         task_id for name, task_id, attempt in s.ran if name == "main" and attempt > 1}
     event(f"run again elsewhere after a crash or partition: {bool(moved)}")
+    event(f"storage faults met and recovered from: {bool(s.main.log.faults)}")  # type: ignore[attr-defined]
     assert s.most.get("main", 0) <= 3
     assert all(most <= 1 for name, most in s.most.items() if name.startswith("peer"))
     assert s.most.get("main/p", 0) <= 1  # pool p is capped at 1 on main
