@@ -1,8 +1,9 @@
 """The engine under arbitrary interleavings of enqueues (awaited or not, in-process or
 as the daemon submits them; plain, urgent, delayed, children of earlier tasks, pooled,
-rate-limited, with a hard timeout, failing for good, of a type no handler here runs),
-attempts reporting progress and ending (in success or a failure), dead letters
-requeued, cancels, compactions, the second engine's liveness lock lost or its process
+rate-limited, with a hard timeout, failing for good, deduplicated, of a type no
+handler here runs), attempts reporting progress and ending (in success or a failure),
+dead letters requeued, cancels, compactions by either engine, a storage fault on
+either engine's next batch, the second engine's liveness lock lost or its process
 crashed (a new one starts), clock ticks and loop turns, with that second engine on the
 same log: every task runs, each attempt once, no more attempts at a time than the
 workers or the pool allows, no more claims in a minute than the rate limit, children
@@ -31,10 +32,11 @@ from snerd.dispatcher.engine import Engine
 from snerd.dispatcher.executors import Job
 from snerd.errors import LogError
 from snerd.eventlog.base import StorageUnavailable
+from snerd.projections.decide import Deduplicated
 from snerd.rpc.protocol import Enqueue
 
 KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "group", "timeout", "dead",
-         "other")
+         "same", "other")
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("enqueue"), st.sampled_from(KINDS), st.booleans(), st.booleans(),
@@ -43,7 +45,7 @@ steps = st.lists(
         st.tuples(st.just("tick"), st.sampled_from((0.5, 5.0, 61.0))),
         st.tuples(st.just("turn"), st.integers(1, 3)),
         st.tuples(st.just("cancel"), st.integers(0, 30)),
-        st.tuples(st.just("compact")),
+        st.tuples(st.just("compact"), st.booleans()),
         st.tuples(st.just("partition")),
         st.tuples(st.just("crash")),
         st.tuples(st.just("requeue"), st.integers(0, 30)),
@@ -124,6 +126,8 @@ class Scenario:
             fields["max_execution_seconds"] = 10.0
         elif kind == "dead":
             fields["max_retries"] = 0
+        elif kind == "same":  # deduplicated against a live one of the same data
+            fields["auto_dedupe"], fields["task_data"] = True, '{"same": 1}'
         elif kind == "other":
             task_type = "other"  # no handler here: it waits (not counted as to run)
             self.enqueued.pop()
@@ -132,11 +136,11 @@ class Scenario:
     def _acked(self, task_id: str, done: asyncio.Future[Any]) -> None:
         """An enqueue's outcome: one that did not find its parent (gone, or not in the
         log yet: a cancel or an enqueue decided first) waits for none; one refused (its
-        engine crashed first) enqueued nothing."""
-        if done.exception() is not None:
+        engine crashed first, the storage failed) or deduplicated enqueued nothing."""
+        outcome = done.exception() or done.result()
+        if isinstance(outcome, BaseException | Deduplicated):
             self.enqueued.remove(task_id)
-            self.parents.pop(task_id, None)
-        elif done.result() is not None:
+        if outcome is not None:
             self.parents.pop(task_id, None)
 
     async def step(self, action: tuple[Any, ...]) -> None:
@@ -171,7 +175,7 @@ class Scenario:
                 if await self.main.cancel(task_id) is None:
                     self.cancelled[task_id] = len(self.ran)
         elif action[0] == "compact":
-            await self.main.compact()
+            await (self.peer if action[1] else self.main).compact()
         elif action[0] == "partition":  # the peer's liveness lock is lost (a partition)
             assert self.harness.liveness is not None
             self.harness.liveness.release(self.peer.daemon)
