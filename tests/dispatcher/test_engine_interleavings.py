@@ -70,6 +70,7 @@ class Scenario:
         self.most: dict[str, int] = {}
         self.pending: list[Awaitable[Any]] = []
         self.crashed = 0
+        self.made = 0  # task ids handed out
         self.dead: list[Engine] = []
         self.enqueued: list[str] = []
 
@@ -106,7 +107,8 @@ class Scenario:
         return self.main, self.peer
 
     def command(self, kind: str, fails: bool) -> Enqueue:
-        task_id = f"k{len(self.enqueued)}-{kind}" + ("-f" if fails else "")
+        task_id = f"k{self.made}-{kind}" + ("-f" if fails else "")  # (never reused)
+        self.made += 1
         self.enqueued.append(task_id)
         fields: dict[str, Any] = {"task_data": "{}", "retry_after_hours": 0.0001}
         task_type = "t"
