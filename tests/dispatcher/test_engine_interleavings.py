@@ -1,16 +1,16 @@
 """The engine under arbitrary interleavings of enqueues (awaited or not, in-process or
 as the daemon submits them; plain, urgent, delayed, children of earlier tasks, pooled,
-rate-limited, with a hard timeout, failing for good, deduplicated, of a type no
-handler here runs), attempts reporting progress and ending (in success or a failure),
-dead letters requeued, cancels, compactions by either engine, a storage fault on
-either engine's next batch, the second engine's liveness lock lost or its process
-crashed (a new one starts), clock ticks and loop turns, with that second engine on the
-same log: every task runs, each attempt once, no more attempts at a time than the
-workers or the pool allows, no more claims in a minute than the rate limit, children
-after their parents, nothing started once its cancel is acked, and at rest no slot
-stays reserved or counted as a claim to come; the log passes ``replay --verify``.
-(Claims decided four ways meet here: with the enqueue in its own request, behind a
-request without a plan or with one, in a dispatcher pass.)"""
+rate-limited, with a hard timeout, failing for good, deduplicated, on a cron schedule,
+of a type no handler here runs), attempts reporting progress and ending (in success or
+a failure), dead letters requeued, cancels, compactions by either engine, a storage
+fault on either engine's next batch, the second engine's liveness lock lost or its
+process crashed (a new one starts), clock ticks and loop turns, with that second
+engine on the same log: every task runs, each attempt once, no more attempts at a
+time than the workers or the pool allows, no more claims in a minute than the rate
+limit, children after their parents, nothing started once its cancel is acked, and at
+rest no slot stays reserved or counted as a claim to come; the log passes ``replay
+--verify``. (Claims decided four ways meet here: with the enqueue in its own request,
+behind a request without a plan or with one, in a dispatcher pass.)"""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from snerd.projections.decide import Deduplicated
 from snerd.rpc.protocol import Enqueue
 
 KINDS = ("plain", "plain", "urgent", "delayed", "child", "pool", "group", "timeout", "dead",
-         "same", "other")
+         "same", "cron", "other")
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("enqueue"), st.sampled_from(KINDS), st.booleans(), st.booleans(),
@@ -128,6 +128,8 @@ class Scenario:
             fields["max_execution_seconds"] = 10.0
         elif kind == "dead":
             fields["max_retries"] = 0
+        elif kind == "cron":  # every minute, until cancelled at the end
+            fields["cron"] = "* * * * *"
         elif kind == "same":  # deduplicated against a live one of the same data
             fields["auto_dedupe"], fields["task_data"] = True, '{"same": 1}'
         elif kind == "other":
@@ -188,7 +190,9 @@ class Scenario:
         elif action[0] == "requeue":  # a dead letter back to the queue: it runs again
             keys = sorted(self.main.state.dlq)
             if keys:
-                await self.main.requeue(keys[action[1] % len(keys)])
+                key = keys[action[1] % len(keys)]
+                if await self.main.requeue(key) is None:  # its parents are what is live now
+                    self.parents.pop(key, None)
         else:
             for _ in range(action[1]):
                 await asyncio.sleep(0)
@@ -241,14 +245,38 @@ class Scenario:
             self.waiting.clear()
             for _ in range(3):  # the attempts let go end before time moves on
                 await asyncio.sleep(0)
-            live = [t for t in main.state.tasks.values() if t.type == "t"]
+            ran = {task_id for _, task_id, _ in self.ran}
+            live = [t for t in main.state.tasks.values()
+                    if t.type == "t" and not (t.cron and t.id in ran)]  # fmt: skip
             if not live:
                 break
             self.harness.clock.advance(31.0)
             await settle(main, lambda: bool(self.waiting) or not main.runs, timeout=2.0)
             await asyncio.sleep(0)
+        await self._end_schedules()
         for engine in (self.main, self.peer):
             await settle(engine, lambda e=engine: not e.runs and not e.dispatcher.reserved)
+
+    async def _end_schedules(self) -> None:
+        """Cancel the cron tasks, in small steps of time (an occurrence that ends is
+        rescheduled for the next minute, and is cancelled while it waits; a storage
+        fault's backoff passes)."""
+        main = self.main
+        for _ in range(100):
+            for key in self.waiting:
+                self.gates[key].set()
+            self.waiting.clear()
+            scheduled = [t for t in main.state.tasks.values() if t.cron]
+            if not scheduled:
+                return
+            for task in scheduled:
+                if task.claim is None:
+                    with contextlib.suppress(LogError):
+                        await main.cancel(task.id)
+            self.harness.clock.advance(0.5)
+            await settle(main, lambda: bool(self.waiting) or not main.runs, timeout=2.0)
+            await asyncio.sleep(0)
+        raise AssertionError(f"schedules that never ended: {scheduled}")
 
     async def close(self) -> None:
         for engine in self.harness.engines:
