@@ -142,8 +142,8 @@ class Scenario:
         log yet: a cancel or an enqueue decided first) waits for none; one refused (its
         engine crashed first, the storage failed) or deduplicated enqueued nothing."""
         outcome = done.exception() or done.result()
-        if isinstance(outcome, BaseException | Deduplicated):
-            self.enqueued.remove(task_id)
+        if isinstance(outcome, BaseException | Deduplicated) and task_id in self.enqueued:
+            self.enqueued.remove(task_id)  # (a task of a type not run here is not in it)
         if outcome is not None:
             self.parents.pop(task_id, None)
 
