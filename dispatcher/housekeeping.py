@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from snerd.dispatcher.clock import Timer
+from snerd.errors import LogError
 from snerd.projections import events as ev
 from snerd.projections import queries
 from snerd.projections.commands import Release
@@ -54,6 +55,8 @@ class Housekeeper:
         try:
             await self.release_orphans()
             await self.maybe_compact()
+        except LogError as exc:  # storage trouble: the log recovers, the next round retries
+            log.warning("housekeeping paused: %s", exc)
         except Exception:
             log.exception("housekeeping failed")
         self.rounds += 1

@@ -147,6 +147,35 @@ async def test_progress_after_the_claim_was_released_elsewhere_is_refused(
     assert not any(b'"progress"' in line for line in harness.store.lines)
 
 
+async def test_housekeeping_the_storage_refuses_is_a_warning_and_is_retried(
+    harness: Harness, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A storage fault in a housekeeping round (releasing a dead daemon's claims) is the
+    log's to recover from: a warning, no traceback at ERROR each round, and the next
+    round releases them."""
+    import logging
+
+    from faultkit import refuse_one_batch
+
+    await _running_forever(harness)
+    b = await harness.engine({"t": _noop})
+    log: Any = b.log
+    clock = [0.0]
+    log.monotonic = lambda: clock[0]
+    flag = refuse_one_batch(monkeypatch, type(log), armed=False)
+    harness.liveness.release("d0")  # d0 "dies"
+    flag[0] = True  # b's next batch (its housekeeping's release) finds the storage gone
+    with caplog.at_level(logging.WARNING, logger="snerd.housekeeping"):
+        harness.clock.advance(1.0)
+        await settle(b, lambda: not flag[0] and b.housekeeping_rounds > 0)
+        await settle(b, lambda: any("housekeeping paused" in r.message for r in caplog.records))
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    clock[0] += 60.0  # past the backoff
+    harness.clock.advance(1.0)
+    await settle(b, lambda: "job" not in b.state.tasks)  # released, then run and ended here
+    assert [(c[0], c[2]) for c in harness.calls] == [("d0", 1), ("d1", 2)]
+
+
 async def test_a_daemon_taken_for_dead_claims_nothing_until_its_lock_is_its_own_again(
     harness: Harness,
 ) -> None:
