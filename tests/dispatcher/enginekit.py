@@ -12,6 +12,7 @@ from snerd.dispatcher.clock import ManualClock
 from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.dispatcher.executors import HandlerExecutor, Job
 from snerd.errors import LogError
+from snerd.eventlog.base import EventLog
 from snerd.eventlog.memory import MemoryLog, MemoryStore
 
 
@@ -47,6 +48,8 @@ class Harness:
 
     def __init__(self) -> None:
         self.store = MemoryStore()
+        self.new_log: Callable[[], EventLog] = lambda: MemoryLog(self.store)
+        """Each engine's log: on the shared memory store unless a test says otherwise."""
         self.clock = ManualClock()
         self.liveness: FakeLiveness | None = FakeLiveness()
         self.engines: list[Engine] = []
@@ -62,7 +65,7 @@ class Harness:
         for task_type, handler in (handlers or {}).items():
             executor.handlers[task_type] = self._recording(name, handler)
         engine = Engine(
-            MemoryLog(self.store),
+            self.new_log(),
             executors=[executor],
             clock=self.clock,
             config=EngineConfig(daemon_id=name, **config),
