@@ -21,7 +21,13 @@ from snerd.errors import LogError
 from snerd.eventlog.base import Record
 from snerd.projections import heap
 from snerd.projections.commands import Claim, FailThrough
-from snerd.projections.decide import claim_alone, claim_enqueued, owns, planned_claims
+from snerd.projections.decide import (
+    Decision,
+    claim_alone,
+    claim_enqueued,
+    owns,
+    planned_claims,
+)
 from snerd.projections.delta import Delta
 from snerd.projections.plan import Plan, idle, plan
 from snerd.projections.state import QueueState
@@ -149,17 +155,14 @@ class Dispatcher:
         if capacity <= 0:  # taken by claims decided earlier in this batch: nothing to plan
             return [], []
         if alone is not None:
-            claim = Claim((), e.config.lease_seconds, e.config.timeout_grace)
-            told = claim_alone(state, alone, claim, now=now, daemon=e.daemon,
+            told = claim_alone(state, alone, self._claim(), now=now, daemon=e.daemon,
                                eligible=self._eligible)  # fmt: skip
             if told is not None:
                 if capacity > len(told.outcome):  # as a plan that took all it could
                     self._wake.clear()
                     timer = heap.top(state.timers)
                     self._arm(None if timer is None else timer[0])
-                claimed: Claimed = told.outcome
-                self._reserve(claimed)
-                return told.records, claimed
+                return self._taken(told)
         step = self.plan(now, state)
         if not step.fail_through and len(step.claims) < capacity:
             # This plan, made against the caught-up state, took everything that can run
@@ -168,11 +171,18 @@ class Dispatcher:
             self._arm(step.wake_at)
         if not step.claims:
             return [], []
-        claim = Claim(tuple(t.id for t in step.claims), e.config.lease_seconds,
-                      e.config.timeout_grace)  # fmt: skip
+        claim = self._claim(tuple(t.id for t in step.claims))
         # planned against this very state at this instant: nothing to check again
-        decision = planned_claims(list(step.claims), claim, now=now, daemon=e.daemon)
-        claimed = decision.outcome
+        return self._taken(planned_claims(list(step.claims), claim, now=now, daemon=e.daemon))
+
+    def _claim(self, task_ids: tuple[str, ...] = ()) -> Claim:
+        """The claim command, with this engine's lease and grace."""
+        config = self.engine.config
+        return Claim(task_ids, config.lease_seconds, config.timeout_grace)
+
+    def _taken(self, decision: Decision) -> tuple[list[Record], Claimed]:
+        """A claim decision's records and attempts, reserved until begun or not."""
+        claimed: Claimed = decision.outcome
         self._reserve(claimed)
         return decision.records, claimed
 
@@ -185,17 +195,13 @@ class Dispatcher:
         (:func:`~snerd.projections.decide.claim_enqueued`). None when only a plan after
         its fold can tell, or the claim takes nothing (then the fold wakes the
         dispatcher, as for any enqueue)."""
-        e = self.engine
         if self.capacity() <= 0:
             return None
-        claim = Claim((), e.config.lease_seconds, e.config.timeout_grace)
-        decision = claim_enqueued(state, enqueued, claim, now=now, daemon=e.daemon,
-                                  eligible=self._eligible)  # fmt: skip
+        decision = claim_enqueued(state, enqueued, self._claim(), now=now,
+                                  daemon=self.engine.daemon, eligible=self._eligible)  # fmt: skip
         if decision is None or not decision.outcome:
             return None
-        claimed: Claimed = decision.outcome
-        self._reserve(claimed)
-        return decision.records, claimed
+        return self._taken(decision)
 
     def _eligible(self, task: Task) -> bool:
         """Whether a plan here may claim ``task`` alone: an executor takes it, and its

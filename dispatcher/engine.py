@@ -389,7 +389,8 @@ class Engine:
         daemon: its ack would wait for the claim's decision, which ``acked`` answers
         before; measured, the ack took 5% longer for 5% less CPU a task.)"""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
-        if acked is None and reply is None and _alone(cmd) and not self.state.lanes and (
+        alone = _alone(cmd)
+        if acked is None and reply is None and alone and not self.state.lanes and (
             self._may_claim() and self._may_run_at_once(cmd)
         ):  # fmt: skip
             self._enqueue_claiming(cmd, enqueued)
@@ -427,7 +428,7 @@ class Engine:
                 if reserved:
                     self.dispatcher.begin_claimed(reserved)
 
-        claiming, reserved = self._claim_behind(settle, cmd.task_id if _alone(cmd) else None)
+        claiming, reserved = self._claim_behind(settle, cmd.task_id if alone else None)
         return done
 
     def _enqueue_claiming(self, cmd: Enqueue, enqueued: asyncio.Future[EnqueueOutcome]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,12 +108,17 @@ class Layout:
 
     def free_archive_name(self, ts_ms: int, last_seq: int) -> str:
         """:func:`archive_name`, with a ``-<n>`` suffix if that name is taken."""
-        name = archive_name(ts_ms, last_seq)
-        n = 0
-        while (self.archive_dir / name).exists():
-            n += 1
-            name = archive_name(ts_ms, last_seq, n)
-        return name
+        return free_archive_name(ts_ms, last_seq, lambda name: (self.archive_dir / name).exists())
+
+
+def free_archive_name(ts_ms: int, last_seq: int, taken: Callable[[str], bool]) -> str:
+    """:func:`archive_name`, with the first ``-<n>`` suffix that ``taken`` says is free
+    (compactions in the same millisecond at the same seq)."""
+    name, n = archive_name(ts_ms, last_seq), 0
+    while taken(name):
+        n += 1
+        name = archive_name(ts_ms, last_seq, n)
+    return name
 
 
 def to_prune(

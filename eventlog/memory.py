@@ -19,7 +19,7 @@ from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import NL, decode_complete
 from snerd.eventlog.compaction import snapshot_header, snapshot_lines
 from snerd.eventlog.history import merge_history
-from snerd.eventlog.layout import archive_name, to_prune
+from snerd.eventlog.layout import free_archive_name, to_prune
 
 
 class MemoryStore:
@@ -196,10 +196,7 @@ class MemoryLog(BatchingLog):
                 return
             ts = time.time_ns() // 1_000_000
             taken = {name for name, _ in self.store.archives}
-            name, n = archive_name(ts, last_seq), 0
-            while name in taken:  # (a file log's free_archive_name)
-                n += 1
-                name = archive_name(ts, last_seq, n)
+            name = free_archive_name(ts, last_seq, taken.__contains__)
             origin = self.chain.tag.decode() + head.hex()
             header = snapshot_header(last_seq, ts, name, len(records), origin)
             lines = list(snapshot_lines(header, records, self.chain, head))

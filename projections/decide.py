@@ -33,6 +33,7 @@ from snerd.projections.commands import (
     Requeue,
 )
 from snerd.projections.events import Event, decode
+from snerd.projections.plan import idle
 from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
@@ -510,10 +511,7 @@ def claim_enqueued(
     when only the fold can tell (then plan after it); a decision with no claim when
     ``eligible`` refuses the task. (The engine's awaited enqueue, when a worker is free:
     one fold for the enqueue and its claim.)"""
-    if enqueued.get(ev.F_EVENT) != ev.ENQUEUED or state.lanes or state.doomed:
-        return None
-    timer = heap.top(state.timers)
-    if timer is not None and timer[0] <= now:
+    if enqueued.get(ev.F_EVENT) != ev.ENQUEUED or not idle(state, now):
         return None
     task = task_from_record(enqueued)
     if task.parents or task.rate_group or task.not_before is not None:

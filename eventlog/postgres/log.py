@@ -45,7 +45,7 @@ from snerd.eventlog.base import (
 from snerd.eventlog.batching import BatchingLog
 from snerd.eventlog.codec import decode_complete
 from snerd.eventlog.compaction import snapshot_header, snapshot_lines
-from snerd.eventlog.layout import archive_name, to_prune
+from snerd.eventlog.layout import free_archive_name, to_prune
 from snerd.eventlog.postgres import sql
 from snerd.eventlog.postgres.connect import (
     connect,
@@ -690,10 +690,7 @@ class PostgresLog(BatchingLog):
                 await side.execute(sql.DROP_PENDING, (self.queue,))
                 cur = await side.execute(sql.ARCHIVE_NAMES, (self.queue, ts))
                 taken = {row[0] for row in await cur.fetchall()}
-                name, n = archive_name(ts, point.last_seq), 0
-                while name in taken:
-                    n += 1
-                    name = archive_name(ts, point.last_seq, n)
+                name = free_archive_name(ts, point.last_seq, taken.__contains__)
                 await side.execute(sql.ARCHIVE_PENDING, (self.queue, name, ts))
                 copied = await side.execute(
                     sql.ARCHIVE_UPTO, (name, self.queue, upto, self.queue, generation)
