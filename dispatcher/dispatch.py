@@ -29,7 +29,7 @@ from snerd.projections.decide import (
     planned_claims,
 )
 from snerd.projections.delta import Delta
-from snerd.projections.plan import Plan, idle, plan
+from snerd.projections.plan import Plan, idle, plan, unrunnable
 from snerd.projections.state import QueueState
 from snerd.projections.task import Task
 
@@ -93,6 +93,12 @@ class Dispatcher:
         """Arm the clock timer for the first task due after now in ``state``, if any."""
         if state.timers is not None:
             self._arm(heap.top(state.timers)[0])
+
+    def none_ready(self) -> bool:
+        """Whether no lane's first task is one a plan here may claim (as a rule, no lane
+        at all): then a task just enqueued may be the one thing a plan could pick."""
+        state = self.engine.state
+        return not state.lanes or unrunnable(state.lanes, state.tasks, self._eligible)
 
     def may_find(self, state: QueueState) -> bool:
         """Whether a plan could claim something in ``state`` now (not :func:`idle`)."""

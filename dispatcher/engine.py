@@ -390,7 +390,7 @@ class Engine:
         before; measured, the ack took 5% longer for 5% less CPU a task.)"""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
         alone = _alone(cmd)
-        if acked is None and reply is None and alone and not self.state.lanes and (
+        if acked is None and reply is None and alone and self.dispatcher.none_ready() and (
             self._may_claim() and self._may_run_at_once(cmd)
         ):  # fmt: skip
             self._enqueue_claiming(cmd, enqueued)

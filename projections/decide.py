@@ -33,7 +33,7 @@ from snerd.projections.commands import (
     Requeue,
 )
 from snerd.projections.events import Event, decode
-from snerd.projections.plan import idle
+from snerd.projections.plan import idle, unrunnable
 from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
@@ -511,10 +511,12 @@ def claim_enqueued(
     when only the fold can tell (then plan after it); a decision with no claim when
     ``eligible`` refuses the task. (The engine's awaited enqueue, when a worker is free:
     one fold for the enqueue and its claim.)"""
-    if enqueued.get(ev.F_EVENT) != ev.ENQUEUED or not idle(state, now):
+    if enqueued.get(ev.F_EVENT) != ev.ENQUEUED or not idle(state, now, eligible):
         return None
     task = task_from_record(enqueued)
     if task.parents or task.rate_group or task.not_before is not None:
+        return None
+    if state.lanes and task.lane in state.lanes:  # behind a head the plan passes over
         return None
     if not eligible(task):
         return _decided([], [])
@@ -532,17 +534,20 @@ def claim_alone(
     without a plan; None when only a plan can tell, or ``eligible`` refuses the task.
     (The daemon's claim behind an enqueue, after its fold: :func:`claim_enqueued` is the
     same question asked before the fold.)"""
-    if len(state.lanes) != 1 or state.doomed:
+    if state.doomed:
         return None
     timer = heap.top(state.timers)
     if timer is not None and timer[0] <= now:
         return None
-    node = next(iter(state.lanes.values()))
-    if node is None or node[0] is not None or node[1][2] != task_id:  # one entry: the task
-        return None
     task = state.tasks.get(task_id)
-    if (task is None or task.phase != READY or task.order != node[1][1] or task.rate_group
-            or not eligible(task)):  # fmt: skip
+    if task is None or task.phase != READY or task.rate_group or not eligible(task):
+        return None
+    lanes = state.lanes
+    lane = task.lane
+    node = lanes.get(lane)
+    if node is None or node[0] is not None or node[1][1:] != (task.order, task_id):
+        return None  # not the one entry of its lane
+    if len(lanes) > 1 and not unrunnable(lanes, state.tasks, eligible, but=lane):
         return None
     return planned_claims([task], command, now=now, daemon=daemon)
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from immutables import Map
+
 from snerd.projections import heap, queries
 from snerd.projections.state import QueueState, advance
-from snerd.projections.task import READY, Task
+from snerd.projections.task import READY, Lane, Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,18 +53,21 @@ def idle(state: QueueState, now: float, accepts: Callable[[Task], bool] | None =
     pass per event."""
     if state.doomed:
         return False
-    if state.lanes and (accepts is None or not _unrunnable(state, accepts)):
+    lanes = state.lanes
+    if lanes and (accepts is None or not unrunnable(lanes, state.tasks, accepts)):
         return False
     timer = heap.top(state.timers)
     return timer is None or timer[0] > now
 
 
-def _unrunnable(state: QueueState, accepts: Callable[[Task], bool]) -> bool:
-    """Whether every lane's first entry is a fresh READY task that ``accepts`` refuses
-    (a stale entry counts as runnable: only a plan walks past it)."""
-    tasks = state.tasks
-    for node in state.lanes.values():
-        if node is None:
+def unrunnable(
+    lanes: Map[Lane, heap.Heap], tasks: Map[str, Task], accepts: Callable[[Task], bool],
+    but: Lane | None = None,
+) -> bool:  # fmt: skip
+    """Whether every lane's first entry (but ``but``'s) is a fresh READY task that
+    ``accepts`` refuses (a stale entry counts as runnable: only a plan walks past it)."""
+    for lane, node in lanes.items():
+        if node is None or lane == but:
             continue
         _, order, task_id = node[1]
         task = tasks.get(task_id)

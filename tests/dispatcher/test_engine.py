@@ -394,7 +394,9 @@ async def test_an_enqueue_answered_early_claims_its_task_alone_without_a_plan(
 ) -> None:
     """The daemon's enqueue (answered early) of a task that is the one thing a plan
     could pick, one after another: its claim behind the ack takes it without a plan
-    (``decide.claim_alone``); with a task already waiting, a plan decides, as before."""
+    (``decide.claim_alone``), also beside a task that waits for a worker elsewhere (a
+    type with no executor here: every plan here passes it over); with a task waiting
+    that a plan here could pick, a plan decides, as before."""
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
     plans = _count_plans(monkeypatch)
@@ -405,7 +407,16 @@ async def test_an_enqueue_answered_early_claims_its_task_alone_without_a_plan(
     await engine.enqueue(Enqueue("elsewhere", "other", task_data="{}"))  # waits: not run here
     await engine.enqueue_soon(_enqueue("after"), None, lambda _: None)
     await settle(engine, lambda: len(harness.calls) == 6 and not engine.runs)
-    assert plans == [1]  # another lane holds a task: only a plan can tell
+    assert plans == []
+    limited = {"rate_limit_group": "g", "max_per_minute": 1}
+    await engine.enqueue(_enqueue("first", **limited))  # runs, and fills the window
+    await engine.enqueue(_enqueue("second", **limited))  # waits for the window, here
+    await settle(engine, lambda: len(harness.calls) == 7 and not engine.runs)
+    plans.clear()
+    await engine.enqueue_soon(_enqueue("last"), None, lambda _: None)
+    await settle(engine, lambda: len(harness.calls) == 8 and not engine.runs)
+    assert plans[:1] == [1]  # a task here waits in another lane: only a plan can tell
+    assert "second" in engine.state.tasks and "elsewhere" in engine.state.tasks
 
 
 async def test_an_outcome_is_answered_by_the_log_s_writer(harness: Harness) -> None:
@@ -585,17 +596,22 @@ async def test_claims_behind_a_flood_of_enqueues_plan_only_for_free_slots(
 async def test_a_backlog_of_types_run_elsewhere_costs_no_pass(
     harness: Harness, monkeypatch
 ) -> None:
-    """Tasks of a type no executor here runs wait in their lane; they do not make the
-    queue look busy, so each task of a type run here still costs exactly one plan."""
+    """Tasks of a type no executor here runs wait in their lane (work for another process
+    sharing the log); they do not make the queue look busy: each task of a type run here
+    is still claimed in its enqueue's own request, folded with it, with no plan and no
+    pass (``decide.claim_enqueued``). (Before, each cost a plan under the lock.)"""
     engine = await harness.engine({"t": _noop})
     for i in range(3):
         await engine.enqueue(Enqueue(f"elsewhere{i}", "other", task_data="{}"))
     await settle(engine, lambda: len(engine.state.tasks) == 3)
     await _passes_run()
     plans = _count_plans(monkeypatch)
+    folds = _record_folds(engine)
     await _one_at_a_time(engine, harness, 20)
     assert len(harness.calls) == 20
-    assert plans == [1] * 20
+    assert plans == []
+    claims = [fold for fold in folds if ev.CLAIMED in fold]
+    assert len(claims) == 20 and all(ev.ENQUEUED in fold for fold in claims)
     assert set(engine.state.tasks) == {f"elsewhere{i}" for i in range(3)}
 
 
@@ -622,9 +638,10 @@ async def test_enqueues_nothing_here_runs_or_due_later_plan_no_claim(
     harness.clock.advance(61)
     await settle(engine, lambda: len(harness.calls) == 5)
     assert sorted(task_id for _, task_id, _ in harness.calls) == [f"later{i}" for i in range(5)]
-    await engine.enqueue(_enqueue("now"))  # a task run here, due now: claimed behind it
+    before = len(plans)
+    await engine.enqueue(_enqueue("now"))  # a task run here, due now: claimed with it
     await settle(engine, lambda: len(harness.calls) == 6)
-    assert plans[-1] == 1
+    assert not any(plans[before:])  # in its own request: the others wait for elsewhere
 
 
 async def test_a_burst_of_enqueues_queues_claims_only_for_the_free_slots(

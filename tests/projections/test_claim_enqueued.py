@@ -9,6 +9,7 @@ one request and folded once; the daemon's claim behind an enqueue needs no plan.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from snerd.projections.commands import Claim, Enqueue
 from snerd.projections.decide import claim_alone, claim_enqueued, decide, planned_claims
 from snerd.projections.plan import plan
 from snerd.projections.state import QueueState, empty, fold
+from snerd.projections.task import Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loggen
@@ -42,6 +44,15 @@ enqueues = st.builds(
 ).map(lambda cmd: cmd if cmd.rate_limit_group is None else _limited(cmd))
 
 
+refusals = st.sets(st.sampled_from((*loggen.TYPES, *loggen.IDS, "f", "g")))
+"""What this engine refuses to run: task types it has no executor for, and tasks by id
+(as a webhook task is refused where an SDK runs others of its type, in the same lane)."""
+
+
+def _eligible(refused: set[str]) -> Callable[[Task], bool]:
+    return lambda task: task.type not in refused and task.id not in refused
+
+
 def _limited(cmd: Enqueue) -> Enqueue:
     from dataclasses import replace
 
@@ -52,7 +63,7 @@ def _slow(state: QueueState, enqueued: dict[str, Any], now: float,
           refused: set[str]) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:  # fmt: skip
     """Fold the enqueue, plan with one free slot, decide the plan's claims."""
     folded, _ = fold(state, [enqueued])
-    step = plan(folded, now, 1, accepts=lambda task: task.type not in refused)
+    step = plan(folded, now, 1, accepts=_eligible(refused))
     decided = planned_claims(list(step.claims), CLAIM, now=now, daemon="d")
     return decided.records, [(task.id, attempt) for task, attempt in decided.outcome]
 
@@ -64,17 +75,18 @@ def _agree(state: QueueState, cmd: Enqueue, now: float, refused: set[str]) -> No
         return
     enqueued = {**decision.records[0], ev.F_SEQ: state.last_seq + 1}
     fused = claim_enqueued(state, enqueued, CLAIM, now=now, daemon="d",
-                           eligible=lambda task: task.type not in refused)  # fmt: skip
+                           eligible=_eligible(refused))  # fmt: skip
     if fused is None:
         event("only the fold can tell")
         return
-    event(f"told: {len(fused.records)} claim(s)")
+    beside = " beside lanes refused" if state.lanes else ""
+    event(f"told: {len(fused.records)} claim(s){beside}")
     claimed = [(task.id, attempt) for task, attempt in fused.outcome]
     assert (fused.records, claimed) == _slow(state, enqueued, now, refused)
 
 
 @settings(max_examples=examples(400))
-@given(loggen.valid_logs, enqueues, loggen.nows, st.sets(st.sampled_from(loggen.TYPES)))
+@given(loggen.valid_logs, enqueues, loggen.nows, refusals)
 def test_the_claim_told_is_the_claim_the_fold_and_plan_make(
     log: list[Any], cmd: Enqueue, now: float, refused: set[str]
 ) -> None:
@@ -82,9 +94,11 @@ def test_the_claim_told_is_the_claim_the_fold_and_plan_make(
 
 
 @settings(max_examples=examples(400))
-@given(loggen.any_logs, enqueues, loggen.nows)
-def test_the_claim_told_holds_on_any_log(log: list[Any], cmd: Enqueue, now: float) -> None:
-    _agree(fold(empty(), log)[0], cmd, now, set())
+@given(loggen.any_logs, enqueues, loggen.nows, refusals)
+def test_the_claim_told_holds_on_any_log(
+    log: list[Any], cmd: Enqueue, now: float, refused: set[str]
+) -> None:
+    _agree(fold(empty(), log)[0], cmd, now, refused)
 
 
 def test_an_idle_queue_is_told_without_the_fold() -> None:
@@ -117,12 +131,15 @@ def _alone(state: QueueState, cmd: Enqueue, now: float, capacity: int, refused: 
     if len(decision.records) != 1:
         return
     folded, _ = fold(state, [{**decision.records[0], ev.F_SEQ: state.last_seq + 1}])
-    eligible = lambda task: task.type not in refused  # noqa: E731
+    eligible = _eligible(refused)
     told = claim_alone(folded, cmd.task_id, CLAIM, now=now, daemon="d", eligible=eligible)
     if told is None:
         event("alone: only a plan can tell")
         return
-    event(f"alone: told, capacity {capacity}")
+    event(
+        f"alone: told, capacity {capacity}"
+        + (" beside lanes refused" if len(folded.lanes) > 1 else "")
+    )
     step = plan(folded, now, capacity, accepts=eligible)
     planned = planned_claims(list(step.claims), CLAIM, now=now, daemon="d")
     assert told.records == planned.records
@@ -130,8 +147,7 @@ def _alone(state: QueueState, cmd: Enqueue, now: float, capacity: int, refused: 
 
 
 @settings(max_examples=examples(400))
-@given(loggen.valid_logs, enqueues, loggen.nows, st.integers(1, 3),
-       st.sets(st.sampled_from(loggen.TYPES)))  # fmt: skip
+@given(loggen.valid_logs, enqueues, loggen.nows, st.integers(1, 3), refusals)
 def test_the_claim_told_after_the_fold_is_the_plans(
     log: list[Any], cmd: Enqueue, now: float, capacity: int, refused: set[str]
 ) -> None:
@@ -139,11 +155,32 @@ def test_the_claim_told_after_the_fold_is_the_plans(
 
 
 @settings(max_examples=examples(400))
-@given(loggen.any_logs, enqueues, loggen.nows, st.integers(1, 3))
+@given(loggen.any_logs, enqueues, loggen.nows, st.integers(1, 3), refusals)
 def test_the_claim_told_after_the_fold_holds_on_any_log(
-    log: list[Any], cmd: Enqueue, now: float, capacity: int
+    log: list[Any], cmd: Enqueue, now: float, capacity: int, refused: set[str]
 ) -> None:
-    _alone(fold(empty(), log)[0], cmd, now, capacity, set())
+    _alone(fold(empty(), log)[0], cmd, now, capacity, refused)
+
+
+@settings(max_examples=examples(400))
+@given(loggen.valid_logs, enqueues.map(lambda cmd: _typed(cmd, loggen.TYPES[0])), loggen.nows,
+       st.integers(1, 3), st.sets(st.sampled_from(loggen.IDS)))  # fmt: skip
+def test_the_claim_told_beside_tasks_waiting_for_other_workers(
+    log: list[Any], cmd: Enqueue, now: float, capacity: int, ids: set[str]
+) -> None:
+    """The case the refusals above reach rarely: every other type waits for workers
+    elsewhere (no executor here), and some tasks of the new one's type are refused here
+    by id, so most lanes' first tasks are refused and some not."""
+    state = fold(empty(), log)[0]
+    refused = {*loggen.TYPES[1:], *ids}
+    _agree(state, cmd, now, refused)
+    _alone(state, cmd, now, capacity, refused)
+
+
+def _typed(cmd: Enqueue, task_type: str) -> Enqueue:
+    from dataclasses import replace
+
+    return replace(cmd, task_type=task_type)
 
 
 def test_an_idle_queue_is_told_after_the_fold_without_a_plan() -> None:
@@ -152,3 +189,41 @@ def test_an_idle_queue_is_told_after_the_fold_without_a_plan() -> None:
     folded, _ = fold(state, [{**enqueued[0], ev.F_SEQ: 1}])
     told = claim_alone(folded, "t", CLAIM, now=loggen.T0, daemon="d", eligible=lambda t: True)
     assert told is not None and [(t.id, a) for t, a in told.outcome] == [("t", 1)]
+
+
+def _waiting(task_id: str, task_type: str) -> QueueState:
+    """A state with one task ready, waiting: ``task_id`` of ``task_type``."""
+    records = decide(empty(), Enqueue(task_id, task_type), now=loggen.T0, daemon="d").records
+    return fold(empty(), [{**records[0], ev.F_SEQ: 1}])[0]
+
+
+def test_a_ready_task_no_executor_here_takes_leaves_the_claim_told() -> None:
+    """A task waiting for a worker elsewhere (a type nobody here registered) is passed
+    over by every plan here: the new task is still the one thing a plan could pick, told
+    without the fold, and after it without a plan."""
+    other, mine = loggen.TYPES
+    state = _waiting("elsewhere", other)
+    eligible = _eligible({other})
+    enqueued = {**decide(state, Enqueue("t", mine), now=loggen.T0, daemon="d").records[0],
+                ev.F_SEQ: 2}  # fmt: skip
+    fused = claim_enqueued(state, enqueued, CLAIM, now=loggen.T0, daemon="d", eligible=eligible)
+    assert fused is not None and [(t.id, a) for t, a in fused.outcome] == [("t", 1)]
+    assert fused.records == _slow(state, enqueued, loggen.T0, {other})[0]
+    folded, _ = fold(state, [enqueued])
+    told = claim_alone(folded, "t", CLAIM, now=loggen.T0, daemon="d", eligible=eligible)
+    assert told is not None and [(t.id, a) for t, a in told.outcome] == [("t", 1)]
+
+
+def test_a_refused_task_ahead_in_the_same_lane_leaves_it_to_the_plan() -> None:
+    """A lane's first task refused here (a webhook task of a type an SDK runs here) hides
+    the tasks behind it from a plan, the new one too: only the plan can tell."""
+    mine = loggen.TYPES[0]
+    state = _waiting("hook", mine)
+    eligible = _eligible({"hook"})
+    enqueued = {**decide(state, Enqueue("t", mine), now=loggen.T0, daemon="d").records[0],
+                ev.F_SEQ: 2}  # fmt: skip
+    assert claim_enqueued(state, enqueued, CLAIM, now=loggen.T0, daemon="d",
+                          eligible=eligible) is None  # fmt: skip
+    assert _slow(state, enqueued, loggen.T0, {"hook"}) == ([], [])
+    folded, _ = fold(state, [enqueued])
+    assert claim_alone(folded, "t", CLAIM, now=loggen.T0, daemon="d", eligible=eligible) is None
