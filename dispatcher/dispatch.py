@@ -23,7 +23,6 @@ from snerd.projections import heap
 from snerd.projections.commands import Claim, FailThrough
 from snerd.projections.decide import (
     Decision,
-    claim_alone,
     claim_enqueued,
     owns,
     planned_claims,
@@ -149,26 +148,13 @@ class Dispatcher:
                 self._wake.set()
                 return
 
-    def claim_under_lock(
-        self, state: QueueState, now: float, alone: str | None = None
-    ) -> tuple[list[Record], Claimed]:  # fmt: skip
+    def claim_under_lock(self, state: QueueState, now: float) -> tuple[list[Record], Claimed]:
         """Under the log lock, against the caught-up ``state``: plan, and decide the
-        plan's claims. The attempts stay reserved until :meth:`begin_claimed`. With
-        ``alone`` (the id of a task just enqueued), no plan where that task is the one
-        thing a plan could pick (:func:`~snerd.projections.decide.claim_alone`)."""
+        plan's claims. The attempts stay reserved until :meth:`begin_claimed`."""
         e = self.engine
         capacity = self.capacity()
         if capacity <= 0:  # taken by claims decided earlier in this batch: nothing to plan
             return [], []
-        if alone is not None:
-            told = claim_alone(state, alone, self._claim(), now=now, daemon=e.daemon,
-                               eligible=self._eligible)  # fmt: skip
-            if told is not None:
-                if capacity > len(told.outcome):  # as a plan that took all it could
-                    self._wake.clear()
-                    timer = heap.top(state.timers)
-                    self._arm(None if timer is None else timer[0])
-                return self._taken(told)
         step = self.plan(now, state)
         if not step.fail_through and len(step.claims) < capacity:
             # This plan, made against the caught-up state, took everything that can run

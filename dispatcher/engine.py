@@ -9,6 +9,7 @@ armed for the next instant something becomes due: there is no polling tick.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -272,6 +273,8 @@ class Engine:
 
     async def _drain(self, wait: float) -> None:
         self.stop_claiming()
+        await self.dispatcher.stop()  # no pass is claiming from here on
+        await self._claims_settled()
         if self.runs and wait > 0:
             finished = asyncio.ensure_future(self._all_finished())
             hurried = asyncio.ensure_future(self._hurry.wait())
@@ -282,7 +285,6 @@ class Engine:
         await self._release_all(ev.REASON_DRAIN)
         if self._confirming is not None:
             self._confirming.cancel()
-        await self.dispatcher.stop()
         await self.notifier.close()
         await self.log.close()
         if self.liveness is not None:
@@ -293,21 +295,43 @@ class Engine:
             self._idle.clear()
             await self._idle.wait()
 
+    async def _claims_settled(self) -> None:
+        """Wait until the requests submitted so far are decided and answered: a claim
+        queued before the drain began (behind an enqueue, or with it) has begun its
+        attempt by then, or will not."""
+        with contextlib.suppress(LogError):  # the drain goes on: its release says why not
+            await self.log.transact(_nothing, durable=False)
+
     async def _release_all(self, reason: str) -> None:
+        """Stop every attempt running here and release every claim this daemon holds in
+        the log: those of its runs, and any written with no attempt begun (a pass the
+        drain stopped between its claim's write and the attempt's start)."""
         runs = list(self.runs.values())
         for run in runs:
             self._forget(run)
             if run.executor is not None:
                 run.executor.stop(run)
-        if runs:
-            await self._release_runs(runs, reason)
+        held = [(run.task.id, run.attempt) for run in runs]
+        begun = {task_id for task_id, _ in held}
+        tasks = self.state.tasks
+        held += sorted(
+            (task_id, task.claim.attempt)
+            for task_id in self.state.by_daemon.get(self.daemon, ())
+            if task_id not in begun and (task := tasks.get(task_id)) is not None
+            and task.claim is not None
+        )  # fmt: skip
+        await self._release(held, reason)
 
     async def _release_runs(self, runs: Sequence[Run], reason: str) -> None:
         """Release our own claims on these attempts (those we still hold)."""
+        await self._release([(run.task.id, run.attempt) for run in runs], reason)
+
+    async def _release(self, attempts: Sequence[tuple[str, int]], reason: str) -> None:
+        """Release our own claims on these attempts (those we still hold)."""
         mine = tuple(
-            (run.task.id, run.attempt) for run in runs
-            if (task := self.state.tasks.get(run.task.id)) is not None
-            and owns(task, self.daemon, run.attempt)
+            (task_id, attempt) for task_id, attempt in attempts
+            if (task := self.state.tasks.get(task_id)) is not None
+            and owns(task, self.daemon, attempt)
         )  # fmt: skip
         if mine:
             await self.run_command(Release(mine, reason))
@@ -374,26 +398,32 @@ class Engine:
         the waiter's next enqueue, and both go in one batch.
 
         ``acked`` (the daemon's) answers earlier: the log calls it with the outcome from
-        its writer the moment the enqueue is durable (``on_durable``), before the claim
-        behind it is decided, which the log writes after it (``SPLIT_FLUSH``); ``reply``
-        is then not called for this enqueue. A producer awaiting each ack gets it a
-        claim's work sooner, and the ``execute`` follows in a write of its own.
+        its writer the moment the enqueue is durable (``on_durable``), before the fold
+        and before the attempt starts (its claim, where told with the enqueue, went in
+        the same write; else it is decided behind, and the log writes it after the ack:
+        ``SPLIT_FLUSH``); ``reply`` is then not called for this enqueue. A producer
+        awaiting each ack gets it a fold's work sooner, and the ``execute`` follows in a
+        write of its own. (Not in one write with the ack: given both at once, the
+        official SDK runs the handler and sends its result before its next enqueue, and
+        awaited enqueues ran 0.77x as fast; ``benchmarks/README.md``, thirteenth session.)
 
         An enqueue joins the enqueues and successes submitted right before it, if
         nothing else was submitted since and they have not run yet: a burst, or the last
         attempt's success and the next enqueue, are decided as one run
         (:func:`~snerd.projections.decide.decide_run`) and folded once, not once each.
-        In-process (neither ``reply`` nor ``acked``), a plain task that nothing ready
-        waits before is claimed in that same run (:meth:`_enqueue_claiming`): one
-        request and one fold for the success, the enqueue and its claim. (Not for the
-        daemon: its ack would wait for the claim's decision, which ``acked`` answers
-        before; measured, the ack took 5% longer for 5% less CPU a task.)"""
+        A plain task that nothing ready here waits before, with a worker free, is
+        claimed in that same run (:meth:`_enqueue_claiming`): one request, one write and
+        one fold for the successes, the enqueue and its claim (the daemon's too, with
+        the success an SDK sends after its next enqueue). (The daemon's ack then waits
+        for the claim's decision, under the lock; measured on a VM whose fsync is 0.22
+        ms, 5% less CPU a task and a blocking client's ack 4% sooner: the claim's own
+        request, write and fold cost more than its decision.)"""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
         alone = _alone(cmd)
-        if acked is None and reply is None and alone and self.dispatcher.none_ready() and (
+        if (reply is None or acked is not None) and alone and self.dispatcher.none_ready() and (
             self._may_claim() and self._may_run_at_once(cmd)
         ):  # fmt: skip
-            self._enqueue_claiming(cmd, enqueued)
+            self._enqueue_claiming(cmd, enqueued, reply, acked)
             return enqueued
         early = None if acked is None else _Early(acked)
         self._joined(cmd, functools.partial(_member, enqueued), durable=True, on_durable=early)
@@ -428,19 +458,27 @@ class Engine:
                 if reserved:
                     self.dispatcher.begin_claimed(reserved)
 
-        claiming, reserved = self._claim_behind(settle, cmd.task_id if alone else None)
+        claiming, reserved = self._claim_behind(settle)
         return done
 
-    def _enqueue_claiming(self, cmd: Enqueue, enqueued: asyncio.Future[EnqueueOutcome]) -> None:
-        """:meth:`enqueue_soon` in-process, when a worker is free and nothing ready waits:
-        the enqueue ends its run, whose request also decides the claim of the new task,
-        told without a fold in between (:meth:`Dispatcher.claim_enqueued`); the one fold
-        of the run takes them all. Where only a plan after the fold can tell, the run
-        claims nothing and the fold wakes the dispatcher, as for any enqueue. Once
-        written, the attempt starts, then the waiter hears the outcome (an in-process
-        handler that ends at once submits its success before the waiter's next enqueue,
-        which then joins it)."""
+    def _enqueue_claiming(
+        self, cmd: Enqueue, enqueued: asyncio.Future[EnqueueOutcome],
+        reply: Callable[[asyncio.Future[EnqueueOutcome]], None] | None = None,
+        acked: Callable[[EnqueueOutcome], None] | None = None,
+    ) -> None:  # fmt: skip
+        """:meth:`enqueue_soon` when a worker is free and nothing ready here waits: the
+        enqueue closes its run to all but successes, and the run's request decides the
+        claim of the new task last, told without a fold in between
+        (:meth:`Dispatcher.claim_enqueued`); the one fold of the run takes them all.
+        Where only a plan after the fold can tell, the run claims nothing and the fold
+        wakes the dispatcher, as for any enqueue. ``acked`` (the daemon's) hears the
+        outcome once durable, before the fold. Once written, the attempt starts, then
+        the waiter hears the outcome (an in-process handler that ends at once submits
+        its success before the waiter's next enqueue, which then joins it)."""
         run: _Run | None = None
+        early = None if acked is None else _Early(acked)
+        if reply is not None and early is not None:
+            reply = early.unless_answered(reply)
 
         def answer(written: asyncio.Future[list[Any]], i: int) -> None:
             assert run is not None
@@ -455,33 +493,38 @@ class Engine:
                     self._unclaim(claimed)
             finally:  # the waiter learns the outcome whatever happened
                 _member(enqueued, written, i)
+                if reply is not None:
+                    reply(enqueued)
 
-        self._joined(cmd, answer, durable=True)
+        self._joined(cmd, answer, durable=True, on_durable=early)
         run = self._run
         assert run is not None
-        run.claiming = True  # decided at the end of the run's request; it takes no more
+        run.claiming = True  # decided at the end of the run's request; only successes join
+        run.enqueue_at = len(run.commands) - 1
         self._claims_queued += 1
 
     def _claim_last(
         self, run: _Run, decisions: Sequence[cmds.Decision], now: float
     ) -> list[Record]:  # fmt: skip
-        """Under the lock, after the run's decisions: the claim of the task the run's last
-        member (its enqueue) adds, if it can be told against the state the run was
-        decided against. It can when what came before it in the run is successes that
-        make nothing ready (no child waits on them; a cron task's next occurrence is
-        not a success), so that the state it was decided against holds what a plan
-        after the run's fold would see."""
+        """Under the lock, after the run's decisions: the claim of the task the run's
+        enqueue adds, if it can be told against the state the run was decided against.
+        It can when the rest of the run is successes that make nothing ready (no child
+        waits on them; a cron task's next occurrence is not a success), before the
+        enqueue or after it (an SDK's result read with the next enqueue), so that the
+        state it was decided against holds what a plan after the run's fold would see."""
         run.claiming = False
         self._claims_queued -= 1
-        last = decisions[-1]
-        if len(last.records) != 1 or last.outcome is not None:
+        at = run.enqueue_at
+        enqueued = decisions[at]
+        if len(enqueued.records) != 1 or enqueued.outcome is not None:
             return []
         refs = self.state.refs
-        for cmd, decision in zip(run.commands[:-1], decisions[:-1], strict=True):
-            if (type(cmd) is not Finish or cmd.task_id in refs or len(decision.records) != 1
-                    or decision.records[0].get(ev.F_EVENT) != ev.SUCCEEDED):  # fmt: skip
+        for i, (cmd, decision) in enumerate(zip(run.commands, decisions, strict=True)):
+            if i != at and (type(cmd) is not Finish or cmd.task_id in refs
+                            or len(decision.records) != 1
+                            or decision.records[0].get(ev.F_EVENT) != ev.SUCCEEDED):  # fmt: skip
                 return []
-        found = self.dispatcher.claim_enqueued(self.state, last.records[0], now)
+        found = self.dispatcher.claim_enqueued(self.state, enqueued.records[0], now)
         if found is None:
             return []
         records, run.claimed = found
@@ -498,7 +541,7 @@ class Engine:
         outcome and the member's index in it, ``on_durable`` (a durable member's) its
         own outcome as soon as the run is durable (the log's ``on_durable``)."""
         run = self._run
-        if run is None or not self._may_join(run, durable, on_durable):
+        if run is None or not self._may_join(run, cmd, durable, on_durable):
             new = run = self._run = _Run()
 
             def decided() -> tuple[list[Record], Any]:
@@ -524,12 +567,15 @@ class Engine:
             run.early.append((len(run.commands) - 1, on_durable))
 
     def _may_join(
-        self, run: _Run, durable: bool, on_durable: Callable[[Any], None] | None
-    ) -> bool:
-        """Whether a member may join ``run``: it takes more members, nothing was
-        submitted since, and it is durable (answering early) if the member must be,
-        or the log can still make it so (:meth:`EventLog.make_durable`, once)."""
-        if not run.open or run.claiming or run.submitted != self.log.submitted:
+        self, run: _Run, cmd: Member, durable: bool, on_durable: Callable[[Any], None] | None
+    ) -> bool:  # fmt: skip
+        """Whether a member may join ``run``: it takes more members (a run that claims
+        its enqueue's task takes outcomes only), nothing was submitted since, and it is
+        durable (answering early) if the member must be, or the log can still make it so
+        (:meth:`EventLog.make_durable`, once)."""
+        if not run.open or run.submitted != self.log.submitted:
+            return False
+        if run.claiming and (durable or type(cmd) is not Finish):
             return False
         if (durable and not run.durable) or (on_durable is not None and not run.early):
             early = None if on_durable is None else run.answer_durable
@@ -537,7 +583,7 @@ class Engine:
         return True
 
     def _claim_behind(
-        self, then: Callable[[asyncio.Future[Claimed]], None], alone: str | None = None
+        self, then: Callable[[asyncio.Future[Claimed]], None]
     ) -> tuple[asyncio.Future[Claimed], Claimed]:
         """Submit the claims the plan makes for this engine's free slots, right behind
         what was just submitted (the same batch: one lock hold, one write), decided
@@ -545,9 +591,7 @@ class Engine:
         attempts it reserves (filled under the lock): :meth:`Dispatcher.begin_claimed`
         once written, else :meth:`_unclaim`; ``then`` is the future's callback, called
         once it resolves (the only one: a callback is a loop step). A claim decided when
-        earlier ones took every slot plans nothing (:meth:`Dispatcher.claim_under_lock`);
-        one behind the enqueue of the task ``alone`` makes no plan where that task is
-        the one thing a plan could pick."""
+        earlier ones took every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
         reserved: Claimed = []
         queued = True  # counted in _claims_queued until it is decided (or never is)
 
@@ -559,8 +603,7 @@ class Engine:
 
         def claim() -> tuple[list[Record], Claimed]:
             decided()
-            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now(),
-                                                                alone)  # fmt: skip
+            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
             reserved.extend(claimed)
             return records, claimed
 
@@ -833,8 +876,8 @@ class _Run:
     a claim behind the first): one request, decided as a whole; each member hears its
     own outcome (its index in the request's list) from ``replies``."""
 
-    __slots__ = ("claimed", "claiming", "commands", "durable", "early", "replies", "request",
-                 "started", "submitted")  # fmt: skip
+    __slots__ = ("claimed", "claiming", "commands", "durable", "early", "enqueue_at", "replies",
+                 "request", "started", "submitted")  # fmt: skip
 
     def __init__(self) -> None:
         self.commands: list[Member] = []
@@ -844,7 +887,8 @@ class _Run:
         self.durable = False  # an enqueue is in it: its batch is made durable
         self.started = False  # decided (under the lock): it takes no more members
         self.submitted = -1  # the log's request count when it last could take members
-        self.claiming = False  # its last member's claim is decided with it (not yet)
+        self.claiming = False  # its enqueue's claim is decided with it (not yet)
+        self.enqueue_at = -1  # that enqueue's member index
         self.claimed: Claimed = []  # what that claim reserved, begun once written
 
     @property
@@ -918,6 +962,11 @@ def _alone(cmd: Enqueue) -> bool:
     parents, no rate group, no delay, no schedule (``decide.claim_enqueued``'s task)."""
     return (not cmd.trigger_after_ids and cmd.rate_limit_group is None
             and cmd.execute_at is None and not cmd.cron)  # fmt: skip
+
+
+def _nothing() -> tuple[list[Record], None]:
+    """A request that writes nothing: it is answered once those before it are."""
+    return [], None
 
 
 def _written(future: asyncio.Future[Any]) -> bool:

@@ -18,7 +18,7 @@ from pyrsistent import pmap
 
 from snerd.errors import EventError
 from snerd.projections import events as ev
-from snerd.projections import heap, queries
+from snerd.projections import queries
 from snerd.projections.backoff import retry_delay
 from snerd.projections.commands import (
     Cancel,
@@ -33,12 +33,12 @@ from snerd.projections.commands import (
     Requeue,
 )
 from snerd.projections.events import Event, decode
-from snerd.projections.plan import idle, unrunnable
+from snerd.projections.plan import idle
 from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState, advance, fold
-from snerd.projections.task import READY, Task, build, task_from_record, task_to_record, with_
+from snerd.projections.task import Task, build, task_from_record, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -506,11 +506,13 @@ def claim_enqueued(
     :func:`planned_claims` make against ``fold(state, [enqueued])``, with
     ``command``'s lease and grace. That holds when the new task is the one thing in
     the folded state a plan could pick: it is ready now (no parents, no delay, no rate
-    group), and ``state`` holds no ready task, no task due by ``now`` and no doomed
-    child (a child waiting on the new task's id was ready, or stays not ready). None
-    when only the fold can tell (then plan after it); a decision with no claim when
-    ``eligible`` refuses the task. (The engine's awaited enqueue, when a worker is free:
-    one fold for the enqueue and its claim.)"""
+    group), and ``state`` holds no task due by ``now``, no doomed child (a child
+    waiting on the new task's id was ready, or stays not ready) and no ready task a
+    plan would look at: only lanes whose first task ``eligible`` refuses (a plan passes
+    over such a lane whole: work for other workers), none of them the new task's own
+    lane. None when only the fold can tell (then plan after it); a decision with no
+    claim when ``eligible`` refuses the task. (The engine's enqueue, in-process or the
+    daemon's, when a worker is free: one fold for the enqueue and its claim.)"""
     if enqueued.get(ev.F_EVENT) != ev.ENQUEUED or not idle(state, now, eligible):
         return None
     task = task_from_record(enqueued)
@@ -520,35 +522,6 @@ def claim_enqueued(
         return None
     if not eligible(task):
         return _decided([], [])
-    return planned_claims([task], command, now=now, daemon=daemon)
-
-
-def claim_alone(
-    state: QueueState, task_id: str, command: Claim, *, now: float, daemon: str,
-    eligible: Callable[[Task], bool],
-) -> Decision | None:  # fmt: skip
-    """The claims that a plan with free slots makes, at ``now``, in ``state``, when the
-    task ``task_id`` is the one thing in it a plan could pick: it is ready (no rate
-    group), alone in the only lane, and no timer is due by ``now`` nor any child doomed.
-    What :func:`~snerd.projections.plan.plan` and :func:`planned_claims` make, told
-    without a plan; None when only a plan can tell, or ``eligible`` refuses the task.
-    (The daemon's claim behind an enqueue, after its fold: :func:`claim_enqueued` is the
-    same question asked before the fold.)"""
-    if state.doomed:
-        return None
-    timer = heap.top(state.timers)
-    if timer is not None and timer[0] <= now:
-        return None
-    task = state.tasks.get(task_id)
-    if task is None or task.phase != READY or task.rate_group or not eligible(task):
-        return None
-    lanes = state.lanes
-    lane = task.lane
-    node = lanes.get(lane)
-    if node is None or node[0] is not None or node[1][1:] != (task.order, task_id):
-        return None  # not the one entry of its lane
-    if len(lanes) > 1 and not unrunnable(lanes, state.tasks, eligible, but=lane):
-        return None
     return planned_claims([task], command, now=now, daemon=daemon)
 
 

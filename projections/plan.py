@@ -61,13 +61,12 @@ def idle(state: QueueState, now: float, accepts: Callable[[Task], bool] | None =
 
 
 def unrunnable(
-    lanes: Map[Lane, heap.Heap], tasks: Map[str, Task], accepts: Callable[[Task], bool],
-    but: Lane | None = None,
+    lanes: Map[Lane, heap.Heap], tasks: Map[str, Task], accepts: Callable[[Task], bool]
 ) -> bool:  # fmt: skip
-    """Whether every lane's first entry (but ``but``'s) is a fresh READY task that
-    ``accepts`` refuses (a stale entry counts as runnable: only a plan walks past it)."""
-    for lane, node in lanes.items():
-        if node is None or lane == but:
+    """Whether every lane's first entry is a fresh READY task that ``accepts`` refuses
+    (a stale entry counts as runnable: only a plan walks past it)."""
+    for node in lanes.values():
+        if node is None:
             continue
         _, order, task_id = node[1]
         task = tasks.get(task_id)

@@ -363,19 +363,23 @@ async def test_a_producer_awaiting_each_enqueue_costs_one_batch_per_task(
     assert [task_id for _, task_id, _ in harness.calls] == [f"p{i}" for i in range(20)]
 
 
-async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harness) -> None:
+async def test_an_enqueue_answered_early_is_acked_before_its_attempt_starts(
+    harness: Harness,
+) -> None:
     """enqueue_soon's ``acked`` (the daemon's ack): called once, the moment the enqueue is
     durable, before the engine has even folded it (the fold is not on the ack's way),
-    so long before its claim (decided after, in the same lock hold); the future's
-    ``reply`` is then not called; the task still runs here."""
+    so before its attempt starts (the ``execute``); its claim, told without the fold
+    (``decide.claim_enqueued``), went to the log in the enqueue's own batch; the
+    future's ``reply`` is then not called; the task still runs here."""
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
     heard: list[tuple[str, Any, str, bool]] = []
     commits = engine.log.commits  # type: ignore[attr-defined]
+    folds = _record_folds(engine)
 
     def acked(outcome: Any) -> None:
         task = engine.state.tasks.get("early")
-        heard.append(("acked", outcome, task.phase if task else "-", task is None))
+        heard.append(("acked", outcome, task.phase if task else "-", not harness.calls))
 
     def reply(future: asyncio.Future[Any]) -> None:
         heard.append(("reply", future.result(), "", False))
@@ -383,20 +387,70 @@ async def test_an_enqueue_answered_early_is_acked_before_its_claim(harness: Harn
     done = engine.enqueue_soon(_enqueue("early"), reply, acked)
     await done
     await settle(engine, lambda: len(harness.calls) == 1 and not engine.runs)
-    assert heard == [("acked", None, "-", True)]  # acked, then folded, claimed, run
+    assert heard == [("acked", None, "-", True)]  # acked, then folded, run
     assert [task_id for _, task_id, _ in harness.calls] == ["early"]
-    # the enqueue's sync, the claim's write, and the outcome's own batch
-    assert engine.log.commits - commits == 3  # type: ignore[attr-defined]
+    assert folds[0] == [ev.ENQUEUED, ev.CLAIMED]  # one request, one fold
+    # the enqueue's sync (its claim with it), and the outcome's own batch
+    assert engine.log.commits - commits == 2  # type: ignore[attr-defined]
 
 
-async def test_an_enqueue_answered_early_claims_its_task_alone_without_a_plan(
+async def test_a_result_read_after_the_next_enqueue_joins_its_request(harness: Harness) -> None:
+    """An SDK awaiting each ack sends its next enqueue before the ``result`` of the task
+    before (the ack comes first, the ``execute`` after): the daemon reads the two
+    together. The success joins the enqueue's request, after it, and the claim is still
+    told without a plan: one request, one write and one fold for the three records."""
+    gate, gated = _gated()  # the attempt's own handler says nothing: the test does
+    engine = await harness.engine({"t": gated})
+    await engine.enqueue_soon(_enqueue("first"), None, lambda _: None)
+    await settle(engine, lambda: "first" in engine.runs)
+    commits = engine.log.commits  # type: ignore[attr-defined]
+    folds = _record_folds(engine)
+    engine.log.hold()  # as the daemon handles a read's lines: both, then the writer
+    acked = engine.enqueue_soon(_enqueue("second"), None, lambda _: None)
+    finished = engine.finish_soon("first", success=True, attempt=1)
+    engine.log.kick()
+    await acked
+    assert await finished is None
+    await settle(engine, lambda: "second" in engine.runs)
+    assert folds[0] == [ev.ENQUEUED, ev.SUCCEEDED, ev.CLAIMED]
+    assert engine.log.commits - commits == 1  # type: ignore[attr-defined]
+    gate.set()
+
+
+async def test_a_parent_s_success_read_after_the_next_enqueue_leaves_the_claim_to_a_plan(
+    harness: Harness,
+) -> None:
+    """A success read with the next enqueue joins its request, after it; when a child
+    waits on that task, the success makes the child ready, and a plan might pick it
+    first: the claim is not told with the enqueue; a plan after the fold decides, and
+    all run, the child after its parent."""
+    gate, gated = _gated()
+    engine = await harness.engine({"t": gated}, max_workers=2)
+    await engine.enqueue_soon(_enqueue("parent"), None, lambda _: None)
+    await settle(engine, lambda: "parent" in engine.runs)
+    await engine.enqueue(_enqueue("child", trigger_after_ids=["parent"], urgency_score=5.0))
+    folds = _record_folds(engine)
+    engine.log.hold()
+    acked = engine.enqueue_soon(_enqueue("second"), None, lambda _: None)
+    finished = engine.finish_soon("parent", success=True, attempt=1)
+    engine.log.kick()
+    await acked
+    assert await finished is None
+    assert folds[0] == [ev.ENQUEUED, ev.SUCCEEDED]
+    gate.set()
+    await settle(engine, lambda: not engine.state.tasks)
+    ran = [task_id for _, task_id, _ in harness.calls]
+    assert sorted(ran) == ["child", "parent", "second"] and ran[0] == "parent"
+
+
+async def test_an_enqueue_answered_early_claims_its_task_without_a_plan(
     harness: Harness, monkeypatch
 ) -> None:
     """The daemon's enqueue (answered early) of a task that is the one thing a plan
-    could pick, one after another: its claim behind the ack takes it without a plan
-    (``decide.claim_alone``), also beside a task that waits for a worker elsewhere (a
-    type with no executor here: every plan here passes it over); with a task waiting
-    that a plan here could pick, a plan decides, as before."""
+    could pick, one after another: its claim is told in the enqueue's request without a
+    plan (``decide.claim_enqueued``), also beside a task that waits for a worker
+    elsewhere (a type with no executor here: every plan here passes it over); with a
+    task waiting that a plan here could pick, a plan decides, as before."""
     engine = await harness.engine({"t": _noop})
     await settle(engine, lambda: True)
     plans = _count_plans(monkeypatch)
@@ -661,9 +715,9 @@ async def test_a_burst_of_enqueues_queues_claims_only_for_the_free_slots(
         queued.append("behind")
         return real[0](self, then)
 
-    def claiming(self: Engine, cmd: Any, enqueued: Any) -> None:
+    def claiming(self: Engine, cmd: Any, *args: Any) -> None:
         queued.append(cmd.task_id)
-        real[1](self, cmd, enqueued)
+        real[1](self, cmd, *args)
 
     monkeypatch.setattr(Engine, "_claim_behind", behind)
     monkeypatch.setattr(Engine, "_enqueue_claiming", claiming)
@@ -833,3 +887,41 @@ async def test_enqueues_after_a_run_refused_by_a_storage_fault_are_answered(
     for i in range(3):  # each answered (refused while the log backs off), none left waiting
         with contextlib.suppress(LogError):
             await asyncio.wait_for(engine.enqueue(_enqueue(f"b{i}")), 5)
+
+
+async def test_a_drain_releases_an_attempt_whose_claim_was_written_while_it_drained(
+    harness: Harness,
+) -> None:
+    """A claim decided before a drain began but written during it (the log finishes its
+    queue as it closes) starts its attempt after the drain let the others go: the drain
+    stops and releases that one too, instead of leaving its claim to expire and its
+    handler to end against a closed log."""
+    gate, gated = _gated()
+    engine = await harness.engine({"t": gated})
+    await settle(engine, lambda: True)
+    # the enqueue and its claim wait in the log's queue for the loop's next turn
+    acked = engine.enqueue_soon(_enqueue("late"), None, lambda _: None)
+    await engine.drain(0)
+    assert acked.done() and acked.result() is None
+    assert not engine.runs
+    gate.set()
+    await asyncio.sleep(0)
+    other = await harness.engine({})  # a daemon started next: what the log says
+    task = other.state.tasks["late"]
+    assert task.claim is None  # released by the drain: another daemon may take it now
+
+
+async def test_a_drain_releases_a_claim_written_with_no_attempt_begun(harness: Harness) -> None:
+    """A claim of this daemon's in the log with no attempt running here (a dispatcher
+    pass the drain stopped after its claim was written, before the attempt began) is
+    released by the drain with the rest: not left to the lease or the next start."""
+    from snerd.projections.commands import Claim
+
+    engine = await harness.engine({"t": _noop})
+    await engine.enqueue(Enqueue("orphan", "other", task_data="{}"))  # nothing here runs it
+    await engine.run_command(Claim(("orphan",), 3600.0, 1.0))
+    assert engine.state.tasks["orphan"].claim is not None and not engine.runs
+    await engine.drain(0)
+    other = await harness.engine({})
+    task = other.state.tasks["orphan"]
+    assert task.claim is None and task.phase == "ready"

@@ -1,10 +1,9 @@
 """The claim of a task just enqueued, told without folding the enqueue first
-(``decide.claim_enqueued``), or after the fold without a plan (``decide.claim_alone``),
-is exactly what a plan with free slots and ``planned_claims`` make against the folded
-state; where it cannot tell, it says so.
+(``decide.claim_enqueued``), is exactly what a plan with a free slot and
+``planned_claims`` make against the folded state; where it cannot tell, it says so.
 
-The engine relies on them: in-process, an awaited enqueue and its claim are decided in
-one request and folded once; the daemon's claim behind an enqueue needs no plan."""
+The engine relies on it: an enqueue (in-process or the daemon's) and its claim are
+decided in one request and folded once."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 from snerd.projections import events as ev
 from snerd.projections.commands import Claim, Enqueue
-from snerd.projections.decide import claim_alone, claim_enqueued, decide, planned_claims
+from snerd.projections.decide import claim_enqueued, decide, planned_claims
 from snerd.projections.plan import plan
 from snerd.projections.state import QueueState, empty, fold
 from snerd.projections.task import Task
@@ -126,47 +125,11 @@ def test_a_ready_task_waiting_already_leaves_it_to_the_plan() -> None:
     assert _slow(state, enqueued, now, set())[1] == [("old", 1)]
 
 
-def _alone(state: QueueState, cmd: Enqueue, now: float, capacity: int, refused: set[str]) -> None:
-    decision = decide(state, cmd, now=now, daemon="d")
-    if len(decision.records) != 1:
-        return
-    folded, _ = fold(state, [{**decision.records[0], ev.F_SEQ: state.last_seq + 1}])
-    eligible = _eligible(refused)
-    told = claim_alone(folded, cmd.task_id, CLAIM, now=now, daemon="d", eligible=eligible)
-    if told is None:
-        event("alone: only a plan can tell")
-        return
-    event(
-        f"alone: told, capacity {capacity}"
-        + (" beside lanes refused" if len(folded.lanes) > 1 else "")
-    )
-    step = plan(folded, now, capacity, accepts=eligible)
-    planned = planned_claims(list(step.claims), CLAIM, now=now, daemon="d")
-    assert told.records == planned.records
-    assert [(t.id, a) for t, a in told.outcome] == [(t.id, a) for t, a in planned.outcome]
-
-
-@settings(max_examples=examples(400))
-@given(loggen.valid_logs, enqueues, loggen.nows, st.integers(1, 3), refusals)
-def test_the_claim_told_after_the_fold_is_the_plans(
-    log: list[Any], cmd: Enqueue, now: float, capacity: int, refused: set[str]
-) -> None:
-    _alone(fold(empty(), log)[0], cmd, now, capacity, refused)
-
-
-@settings(max_examples=examples(400))
-@given(loggen.any_logs, enqueues, loggen.nows, st.integers(1, 3), refusals)
-def test_the_claim_told_after_the_fold_holds_on_any_log(
-    log: list[Any], cmd: Enqueue, now: float, capacity: int, refused: set[str]
-) -> None:
-    _alone(fold(empty(), log)[0], cmd, now, capacity, refused)
-
-
 @settings(max_examples=examples(400))
 @given(loggen.valid_logs, enqueues.map(lambda cmd: _typed(cmd, loggen.TYPES[0])), loggen.nows,
-       st.integers(1, 3), st.sets(st.sampled_from(loggen.IDS)))  # fmt: skip
+       st.sets(st.sampled_from(loggen.IDS)))  # fmt: skip
 def test_the_claim_told_beside_tasks_waiting_for_other_workers(
-    log: list[Any], cmd: Enqueue, now: float, capacity: int, ids: set[str]
+    log: list[Any], cmd: Enqueue, now: float, ids: set[str]
 ) -> None:
     """The case the refusals above reach rarely: every other type waits for workers
     elsewhere (no executor here), and some tasks of the new one's type are refused here
@@ -174,21 +137,12 @@ def test_the_claim_told_beside_tasks_waiting_for_other_workers(
     state = fold(empty(), log)[0]
     refused = {*loggen.TYPES[1:], *ids}
     _agree(state, cmd, now, refused)
-    _alone(state, cmd, now, capacity, refused)
 
 
 def _typed(cmd: Enqueue, task_type: str) -> Enqueue:
     from dataclasses import replace
 
     return replace(cmd, task_type=task_type)
-
-
-def test_an_idle_queue_is_told_after_the_fold_without_a_plan() -> None:
-    state, _ = fold(empty(), [])
-    enqueued = decide(state, Enqueue("t", loggen.TYPES[0]), now=loggen.T0, daemon="d").records
-    folded, _ = fold(state, [{**enqueued[0], ev.F_SEQ: 1}])
-    told = claim_alone(folded, "t", CLAIM, now=loggen.T0, daemon="d", eligible=lambda t: True)
-    assert told is not None and [(t.id, a) for t, a in told.outcome] == [("t", 1)]
 
 
 def _waiting(task_id: str, task_type: str) -> QueueState:
@@ -200,7 +154,7 @@ def _waiting(task_id: str, task_type: str) -> QueueState:
 def test_a_ready_task_no_executor_here_takes_leaves_the_claim_told() -> None:
     """A task waiting for a worker elsewhere (a type nobody here registered) is passed
     over by every plan here: the new task is still the one thing a plan could pick, told
-    without the fold, and after it without a plan."""
+    without the fold."""
     other, mine = loggen.TYPES
     state = _waiting("elsewhere", other)
     eligible = _eligible({other})
@@ -209,9 +163,6 @@ def test_a_ready_task_no_executor_here_takes_leaves_the_claim_told() -> None:
     fused = claim_enqueued(state, enqueued, CLAIM, now=loggen.T0, daemon="d", eligible=eligible)
     assert fused is not None and [(t.id, a) for t, a in fused.outcome] == [("t", 1)]
     assert fused.records == _slow(state, enqueued, loggen.T0, {other})[0]
-    folded, _ = fold(state, [enqueued])
-    told = claim_alone(folded, "t", CLAIM, now=loggen.T0, daemon="d", eligible=eligible)
-    assert told is not None and [(t.id, a) for t, a in told.outcome] == [("t", 1)]
 
 
 def test_a_refused_task_ahead_in_the_same_lane_leaves_it_to_the_plan() -> None:
@@ -225,5 +176,3 @@ def test_a_refused_task_ahead_in_the_same_lane_leaves_it_to_the_plan() -> None:
     assert claim_enqueued(state, enqueued, CLAIM, now=loggen.T0, daemon="d",
                           eligible=eligible) is None  # fmt: skip
     assert _slow(state, enqueued, loggen.T0, {"hook"}) == ([], [])
-    folded, _ = fold(state, [enqueued])
-    assert claim_alone(folded, "t", CLAIM, now=loggen.T0, daemon="d", eligible=eligible) is None
