@@ -633,17 +633,22 @@ class PostgresLog(BatchingLog):
         if self.degraded or self._fault is not None:
             log.info("compaction skipped while recovering from: %s", self._fault)
             return
-        self._deliver_held()  # a batch's records staged or on their way, not heard yet
-        # Delivered but not read back: the lines staged, and those of a batch whose
-        # COMMIT is on its way (``_doubt``; its records and chain already count).
-        ahead = [*(self._doubt.lines if self._doubt is not None else ()), *self._staged]
-        point = _Point(
-            self._pos + len(ahead),
-            self._byte_pos + sum(map(len, ahead)),
-            self._last_seq, self._epoch, self._records, self._skipped,
-            self._chain_head,
-        )  # fmt: skip
-        records = snapshot_list(snapshot)  # a function is called now, at the point
+        # The point under ``_mutex``: a catch-up that follows another daemon's compaction
+        # reads the new log from its start, and until it has, the line count is the new
+        # log's while what was delivered is the old one's (a point taken then archived
+        # nothing and copied the whole old log after the snapshot).
+        async with self._mutex:
+            self._deliver_held()  # a batch's records staged or on their way, not heard yet
+            # Delivered but not read back: the lines staged, and those of a batch whose
+            # COMMIT is on its way (``_doubt``; its records and chain already count).
+            ahead = [*(self._doubt.lines if self._doubt is not None else ()), *self._staged]
+            point = _Point(
+                self._pos + len(ahead),
+                self._byte_pos + sum(map(len, ahead)),
+                self._last_seq, self._epoch, self._records, self._skipped,
+                self._chain_head,
+            )  # fmt: skip
+            records = snapshot_list(snapshot)  # a function is called now, at the point
         async with self._compact_lock:
             if self._epoch != point.epoch or self._closing:
                 return

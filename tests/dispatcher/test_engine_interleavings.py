@@ -221,6 +221,14 @@ class Scenario:
 
         log._exclusive = exclusive
 
+    @staticmethod
+    def _stop_runs(peer: Engine) -> None:
+        for run in list(peer.runs.values()):
+            if run.handle is not None:
+                run.handle.cancel()
+            if run.timer is not None:
+                run.timer.cancel()
+
     async def crash_peer(self) -> None:
         """The peer's process dies: its lock goes, its attempts stop where they are, it
         writes nothing more; a new peer (a new daemon) starts on the same log."""
@@ -228,12 +236,10 @@ class Scenario:
         assert h.liveness is not None
         h.liveness.release(peer.daemon)
         peer.stop_claiming()
+        # a dead process starts nothing: not the attempts of claims the log still writes
+        peer.dispatcher.begin_claimed = peer.dispatcher.unreserve  # type: ignore[method-assign]
         await peer.dispatcher.stop()
-        for run in list(peer.runs.values()):
-            if run.handle is not None:
-                run.handle.cancel()
-            if run.timer is not None:
-                run.timer.cancel()
+        self._stop_runs(peer)
         await peer.log.close()
         self.dead.append(peer)  # (kept in the harness: a new engine gets a new daemon id)
         self.crashed += 1

@@ -768,3 +768,47 @@ async def test_two_writers_compacting_while_they_append_keep_every_record_once(
     assert all(size > 0 for _, size, _ in _archives(backend.queue))  # none left pending
     expected = {f"{t}{i}" for t in "ab" for i in range(60) if i % 3}
     assert set(rec_a.state) == set(rec_b.state) == expected
+
+
+async def test_a_compaction_asked_for_while_following_another_s_compaction_waits_for_it(
+    backend: PostgresBackend, logs: list[EventLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up that meets another daemon's compaction reads the new log from its
+    start: until it has, the line count is the new log's and what was delivered the old
+    one's. A compaction asked for then takes its point once the catch-up is done; before,
+    its point counted no line read, so it archived nothing and copied the whole old log
+    after its snapshot (a header, then the old log again: a chain break; found by the
+    engine interleavings on PostgreSQL)."""
+    from snerd.eventlog.chain import verify_logs
+    from snerd.eventlog.postgres import log as pglog
+    from snerd.eventlog.storage import chain_logs
+
+    a, rec_a = await _open(backend, logs, follow=False)
+    b, rec_b = await _open(backend, logs, follow=False)
+    await a.append(recs("a", "b"))
+    await b.catch_up()
+    await b.compact(rec_b.snapshot())  # a new generation: a follows it on its next read
+    await b.append(recs("c"))
+    rereading, go = asyncio.Event(), asyncio.Event()
+    real = pglog.PostgresLog._read
+
+    async def held(self: Any) -> Any:
+        if self is a and self._pos == 0 and not go.is_set():  # the new log, from its start
+            rereading.set()
+            await go.wait()
+        return await real(self)
+
+    monkeypatch.setattr(pglog.PostgresLog, "_read", held)
+    following = asyncio.ensure_future(a.catch_up())
+    await rereading.wait()
+    compacting = asyncio.ensure_future(a.compact(rec_a.snapshot()))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the compaction would take its point here
+    go.set()
+    await following
+    await compacting
+    await a.append(recs("d"))
+    assert _puts(backend.url) == ["a", "b", "c", "d"]  # each once
+    report = verify_logs(chain_logs(backend.url))
+    assert report.breaks == [] and report.older_links == 0
+    assert set(rec_a.state) == {"a", "b", "c", "d"}
