@@ -428,7 +428,7 @@ async def test_a_parent_s_success_read_after_the_next_enqueue_leaves_the_claim_t
     engine = await harness.engine({"t": gated}, max_workers=2)
     await engine.enqueue_soon(_enqueue("parent"), None, lambda _: None)
     await settle(engine, lambda: "parent" in engine.runs)
-    await engine.enqueue(_enqueue("child", trigger_after_ids=["parent"], urgency_score=5.0))
+    await engine.enqueue(_enqueue("child", trigger_after_ids=("parent",), urgency_score=5.0))
     folds = _record_folds(engine)
     engine.log.hold()
     acked = engine.enqueue_soon(_enqueue("second"), None, lambda _: None)
