@@ -825,9 +825,12 @@ class BatchingLog(EventLog):
             self._notify("on_records", held)
 
     async def _wait_writer(self) -> None:
-        """Wait until every transaction queued so far has finished."""
+        """Wait until every transaction queued so far has finished (a writer held for a
+        kick that never came is started: :meth:`hold`'s caller awaited before its kick)."""
         while self._writing:
-            if self._writer is None:  # due to start on the loop's next turn
+            if self._holding:
+                self.kick()
+            elif self._writer is None:  # due to start on the loop's next turn
                 await asyncio.sleep(0)
             else:
                 await asyncio.wait({self._writer})

@@ -529,6 +529,21 @@ async def test_a_held_writer_waits_for_the_kick(open_log: OpenLog) -> None:
     assert [r["k"] for r in rec.records] == ["a", "b", "c"]
 
 
+async def test_a_close_starts_a_writer_held_for_a_kick_that_never_came(
+    open_log: OpenLog,
+) -> None:
+    """close finishes what is queued: a writer held for a kick (a caller that awaited
+    between hold and kick, against hold's rule) is started by the close, not waited for
+    forever; what was submitted is written."""
+    log, _ = await open_log()
+    log.hold()
+    first = log.submit(lambda: (recs("a"), "a"))
+    await asyncio.wait_for(log.close(), 10)
+    assert first.done() and first.result() == "a"
+    _, fresh = await open_log()
+    assert [r["k"] for r in fresh.records] == ["a"]
+
+
 async def test_then_hears_every_request_once_from_the_writer(
     open_log: OpenLog, backend: Backend
 ) -> None:
