@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -925,3 +926,35 @@ async def test_a_drain_releases_a_claim_written_with_no_attempt_begun(harness: H
     other = await harness.engine({})
     task = other.state.tasks["orphan"]
     assert task.claim is None and task.phase == "ready"
+
+
+async def test_a_drain_waits_for_a_claim_still_waiting_for_the_log_s_lock(
+    harness: Harness, tmp_path: Any
+) -> None:
+    """A claim queued before the drain whose batch still waits for the file lock (another
+    process holds it) when the drain comes to release: the drain waits for it to be
+    written and begun, then releases it, rather than release nothing and leave it to the
+    log's close to write and begin."""
+    import fcntl
+
+    from snerd.eventlog.storage import open_log
+
+    harness.new_log = lambda: open_log(tmp_path / "storage", fsync=False)
+    gate, gated = _gated()
+    engine = await harness.engine({"t": gated})
+    await settle(engine, lambda: True)
+    lock_path = os.readlink(f"/proc/self/fd/{engine.log._lock_fd}")  # type: ignore[attr-defined]
+    with open(lock_path, "rb") as other:  # another process's hold of the log's lock
+        fcntl.flock(other, fcntl.LOCK_EX)
+        acked = engine.enqueue_soon(_enqueue("late"), None, lambda _: None)
+        draining = asyncio.ensure_future(engine.drain(0))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert engine.draining and not acked.done()  # the batch waits for the lock
+        fcntl.flock(other, fcntl.LOCK_UN)
+        await asyncio.wait_for(draining, 10)
+    assert acked.result() is None and not engine.runs
+    gate.set()
+    harness.new_log = lambda: open_log(tmp_path / "storage", fsync=False)
+    task = (await harness.engine({})).state.tasks["late"]
+    assert task.claim is None  # released by the drain
