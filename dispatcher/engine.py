@@ -282,7 +282,11 @@ class Engine:
                                return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             finished.cancel()
             hurried.cancel()
-        await self._release_all(ev.REASON_DRAIN)
+        try:
+            await self._release_all(ev.REASON_DRAIN)
+        except LogError as exc:  # the drain goes on: once this daemon is gone, others
+            log.warning("drain: claims not released (%s); other daemons release them "
+                        "once this one has stopped", exc)  # fmt: skip
         if self._confirming is not None:
             self._confirming.cancel()
         await self.notifier.close()

@@ -958,3 +958,30 @@ async def test_a_drain_waits_for_a_claim_still_waiting_for_the_log_s_lock(
     harness.new_log = lambda: open_log(tmp_path / "storage", fsync=False)
     task = (await harness.engine({})).state.tasks["late"]
     assert task.claim is None  # released by the drain
+
+
+async def test_a_drain_the_storage_refuses_still_stops_and_lets_its_liveness_go(
+    harness: Harness,
+) -> None:
+    """A drain while the storage refuses every write: its releases cannot be written, so
+    it says so and goes on (it does not raise); its log closes and its liveness lock
+    goes, so the other daemons release its claims as a dead daemon's."""
+    import contextlib
+
+    from snerd.eventlog.base import StorageUnavailable
+
+    gate, gated = _gated()
+    engine = await harness.engine({"t": gated})
+    await engine.enqueue(_enqueue("held"))
+    await settle(engine, lambda: "held" in engine.runs)
+
+    @contextlib.asynccontextmanager
+    async def refused() -> Any:
+        raise StorageUnavailable("the disk went away")
+        yield  # (a generator)
+
+    engine.log._exclusive = refused  # type: ignore[attr-defined]
+    await engine.drain(0)
+    assert not engine.runs
+    assert harness.liveness is not None and not harness.liveness.is_alive(engine.daemon)
+    gate.set()
