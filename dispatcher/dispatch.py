@@ -28,7 +28,7 @@ from snerd.projections.decide import (
     planned_claims,
 )
 from snerd.projections.delta import Delta
-from snerd.projections.plan import Plan, idle, plan, unrunnable
+from snerd.projections.plan import Plan, idle, plan
 from snerd.projections.state import QueueState
 from snerd.projections.task import Task
 
@@ -94,10 +94,12 @@ class Dispatcher:
             self._arm(heap.top(state.timers)[0])
 
     def none_ready(self) -> bool:
-        """Whether no lane's first task is one a plan here may claim (as a rule, no lane
-        at all): then a task just enqueued may be the one thing a plan could pick."""
-        state = self.engine.state
-        return not state.lanes or unrunnable(state.lanes, state.tasks, self._eligible)
+        """Whether nothing ready waits for this engine's workers (as a rule, no lane at
+        all; else :func:`~snerd.projections.plan.idle`, lanes whose first task is
+        refused here passed over): then a task just enqueued may be the one thing a plan
+        could pick."""
+        e = self.engine
+        return not e.state.lanes or idle(e.state, e.clock.now(), self._eligible)
 
     def may_find(self, state: QueueState) -> bool:
         """Whether a plan could claim something in ``state`` now (not :func:`idle`)."""

@@ -315,20 +315,12 @@ class Engine:
             self._forget(run)
             if run.executor is not None:
                 run.executor.stop(run)
-        held = [(run.task.id, run.attempt) for run in runs]
-        begun = {task_id for task_id, _ in held}
-        tasks = self.state.tasks
-        held += sorted(
+        tasks = self.state.tasks  # (a run's claim is in the log like any other)
+        await self._release(sorted(
             (task_id, task.claim.attempt)
             for task_id in self.state.by_daemon.get(self.daemon, ())
-            if task_id not in begun and (task := tasks.get(task_id)) is not None
-            and task.claim is not None
-        )  # fmt: skip
-        await self._release(held, reason)
-
-    async def _release_runs(self, runs: Sequence[Run], reason: str) -> None:
-        """Release our own claims on these attempts (those we still hold)."""
-        await self._release([(run.task.id, run.attempt) for run in runs], reason)
+            if (task := tasks.get(task_id)) is not None and task.claim is not None
+        ), reason)  # fmt: skip
 
     async def _release(self, attempts: Sequence[tuple[str, int]], reason: str) -> None:
         """Release our own claims on these attempts (those we still hold)."""
@@ -423,9 +415,8 @@ class Engine:
         ms, 5% less CPU a task and a blocking client's ack 4% sooner: the claim's own
         request, write and fold cost more than its decision.)"""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
-        alone = _alone(cmd)
-        if (reply is None or acked is not None) and alone and self.dispatcher.none_ready() and (
-            self._may_claim() and self._may_run_at_once(cmd)
+        if (reply is None or acked is not None) and _alone(cmd) and (
+            self.dispatcher.none_ready() and self._may_claim() and self._may_run_at_once(cmd)
         ):  # fmt: skip
             self._enqueue_claiming(cmd, enqueued, reply, acked)
             return enqueued
@@ -814,7 +805,7 @@ class Engine:
         self._forget(run)
         if run.executor is not None:
             run.executor.stop(run)
-        await self._release_runs([run], reason)
+        await self._release([(run.task.id, run.attempt)], reason)
 
     def _forget(self, run: Run, *, nudge: bool = True) -> None:
         self.runs.pop(run.task.id, None)

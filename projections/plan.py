@@ -19,11 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from immutables import Map
-
 from snerd.projections import heap, queries
 from snerd.projections.state import QueueState, advance
-from snerd.projections.task import READY, Lane, Task
+from snerd.projections.task import READY, Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,19 +51,17 @@ def idle(state: QueueState, now: float, accepts: Callable[[Task], bool] | None =
     pass per event."""
     if state.doomed:
         return False
-    lanes = state.lanes
-    if lanes and (accepts is None or not unrunnable(lanes, state.tasks, accepts)):
+    if state.lanes and (accepts is None or not _unrunnable(state, accepts)):
         return False
     timer = heap.top(state.timers)
     return timer is None or timer[0] > now
 
 
-def unrunnable(
-    lanes: Map[Lane, heap.Heap], tasks: Map[str, Task], accepts: Callable[[Task], bool]
-) -> bool:  # fmt: skip
+def _unrunnable(state: QueueState, accepts: Callable[[Task], bool]) -> bool:
     """Whether every lane's first entry is a fresh READY task that ``accepts`` refuses
     (a stale entry counts as runnable: only a plan walks past it)."""
-    for node in lanes.values():
+    tasks = state.tasks
+    for node in state.lanes.values():
         if node is None:
             continue
         _, order, task_id = node[1]

@@ -236,9 +236,15 @@ class Scenario:
     async def stop_peer(self) -> None:
         """The peer stops as a daemon does on SIGTERM with no grace left: a drain that
         releases what runs there; a new peer (a new daemon) starts on the same log."""
-        peer, h = self.peer, self.harness
+        peer = self.peer
         await peer.drain(timeout=0)
-        self.dead.append(peer)
+        await self._next_peer(peer)
+
+    async def _next_peer(self, gone: Engine) -> None:
+        """A new peer (a new daemon, with a new id) on the same log, in ``gone``'s place
+        (kept in the harness, not closed again at the end)."""
+        h = self.harness
+        self.dead.append(gone)
         self.crashed += 1
         self.peer = await h.engine({"t": self.handler(f"peer{self.crashed}")}, max_workers=1)
         self.peer.log.monotonic = h.clock.now  # type: ignore[attr-defined]
@@ -255,10 +261,7 @@ class Scenario:
         await peer.dispatcher.stop()
         self._stop_runs(peer)
         await peer.log.close()
-        self.dead.append(peer)  # (kept in the harness: a new engine gets a new daemon id)
-        self.crashed += 1
-        self.peer = await h.engine({"t": self.handler(f"peer{self.crashed}")}, max_workers=1)
-        self.peer.log.monotonic = h.clock.now  # type: ignore[attr-defined]
+        await self._next_peer(peer)
 
     async def finish(self) -> None:
         """Let everything run to its end: gates open, time passes for delays and
