@@ -3,6 +3,7 @@
     python -m benchmarks.bench_fsync [--tasks N] [--rounds R]
     python -m benchmarks.bench_fsync --gaps [--rounds R]
     python -m benchmarks.bench_fsync --syncs [--rounds R]
+    python -m benchmarks.bench_fsync --after [--rounds R]
 
 ``FileLog`` runs an fsync on the event loop's thread while this disk's fsyncs take
 under ``INLINE_FSYNC_SECONDS`` (5 ms), else in its fsync pool, so that a slow volume
@@ -33,6 +34,17 @@ after 300 us of work, it compares the log's way (append, ``fsync``) with an appe
 zeros preallocated and synced beforehand, and ``fdatasync`` (what a database does with
 its pre-zeroed write-ahead log segments: no size or extent to commit, only the data and
 the disk's flush). Each against the log's way at the same gap.
+
+``--after`` asks the converse of ``--gaps``: what the *work* after a wait costs. A
+daemon waits twice a task (for its ``fsync``, and in ``epoll`` for the SDK's next line),
+and a virtual CPU that sleeps may come back slower: its caches and predictors served
+another guest, or it left a deep idle state. This times one task's work of the pure
+core (parse an enqueue line, decode and fold the batch the daemon writes for it: the
+enqueue, the last task's success, the claim) right after each kind of wait, in
+interleaved rounds: none (back to back, as a micro-benchmark runs), a 200 us busy wait
+(the CPU stays awake), a 200 us sleep, and an append and ``fsync`` of a 300-byte line
+(as the daemon's). Each against back to back. (The echo floors of ``bench_hotpath``
+do next to no work after their waits; a queue does all of its work after one.)
 """
 
 from __future__ import annotations
@@ -188,6 +200,100 @@ def gaps(directory: str, rounds: int, n: int = 2000) -> None:
         print(f"{gap:>9} us" + "".join(f"{c:>18}" for c in cells))
 
 
+PAUSE_SECONDS = 200e-6
+PAUSES = ("none", "busy", "sleep", "fsync")
+
+
+def task_batches(n: int) -> tuple[list[bytes], list[list[dict[str, object]]]]:
+    """For ``n`` tasks: each one's enqueue line, and the batch the daemon writes for it
+    (its enqueue, the previous task's success, its claim), stamped with seqs."""
+    import orjson
+
+    from snerd.projections.commands import Claim, Enqueue, Finish
+    from snerd.projections.decide import decide, planned_claims
+    from snerd.projections.events import decode
+    from snerd.projections.state import empty, fold_events
+
+    state, seq, now = empty(), 0, time.time()
+    lines: list[bytes] = []
+    batches: list[list[dict[str, object]]] = []
+    running: tuple[str, int] | None = None
+    for i in range(n):
+        data = orjson.dumps({"n": i}).decode()
+        lines.append(orjson.dumps({"action": "enqueue", "task_id": f"t{i}",
+                                   "task_type": "bench", "task_data": data}))  # fmt: skip
+        records = list(decide(state, Enqueue(f"t{i}", "bench", task_data=data), now=now,
+                              daemon="d").records)  # fmt: skip
+        if running is not None:
+            records += decide(state, Finish(running[0], running[1], True), now=now,
+                              daemon="d").records  # fmt: skip
+        state = fold_events(state, [decode(r) for r in records])[0]
+        claim = planned_claims([state.tasks[f"t{i}"]], Claim((f"t{i}",), 3600.0, 1.0),
+                               now=now, daemon="d")  # fmt: skip
+        records += claim.records
+        state = fold_events(state, [decode(r) for r in claim.records])[0]
+        running = (f"t{i}", claim.outcome[0][1])
+        stamped = []
+        for record in records:
+            seq += 1
+            stamped.append({**record, "seq": seq})
+        batches.append(stamped)
+    return lines, batches
+
+
+def work_after(fd: int, pause: str, lines: list[bytes],
+               batches: list[list[dict[str, object]]]) -> list[float]:  # fmt: skip
+    """Seconds of each task's work (parse its line, fold its batch) after ``pause``."""
+    from snerd.projections.events import decode
+    from snerd.projections.state import empty, fold_events
+    from snerd.rpc.protocol import parse_line
+
+    clock, state, took = time.perf_counter, empty(), []
+    for line, batch in zip(lines, batches, strict=True):
+        if pause == "busy":
+            end = clock() + PAUSE_SECONDS
+            while clock() < end:
+                pass
+        elif pause == "sleep":
+            time.sleep(PAUSE_SECONDS)
+        elif pause == "fsync":
+            os.write(fd, b"x" * 299 + b"\n")
+            os.fsync(fd)
+        start = clock()
+        parse_line(line)
+        state = fold_events(state, [decode(r) for r in batch])[0]
+        took.append(clock() - start)
+    return took
+
+
+def after(directory: str, rounds: int, n: int = 2000) -> None:
+    """Print ``--after``'s table: a task's work after each kind of wait."""
+    lines, batches = task_batches(n)
+    seen: dict[str, list[list[float]]] = {pause: [] for pause in PAUSES}
+    with tempfile.TemporaryDirectory(dir=directory, prefix="snerd-fsync-") as raw_tmp:
+        fd = os.open(Path(raw_tmp) / "after.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for _ in range(rounds):
+                for pause in PAUSES:
+                    seen[pause].append(sorted(work_after(fd, pause, lines, batches)))
+        finally:
+            os.close(fd)
+
+    def figure(pause: str, of: Callable[[list[float]], float]) -> float:
+        return statistics.median(of(run) for run in seen[pause]) * 1e6
+
+    print(f"one task's work of the pure core (parse its enqueue line, fold its batch of 3 "
+          f"records) right after a wait; {n} tasks a kind, medians of {rounds} interleaved "
+          "rounds, ratios against back to back")  # fmt: skip
+    print(f"{'wait before':>22}{'mean':>18}{'p50':>18}{'p90':>18}")
+    names = {"none": "none", "busy": "200 us busy", "sleep": "200 us sleep",
+             "fsync": "append + fsync"}  # fmt: skip
+    for pause in PAUSES:
+        cells = [f"{figure(pause, f):,.1f} us ({figure(pause, f) / figure('none', f):.1f}x)"
+                 for f in (_mean, _p50, _p90)]  # fmt: skip
+        print(f"{names[pause]:>22}" + "".join(f"{c:>18}" for c in cells))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=3000)
@@ -200,7 +306,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="append + fsync against fdatasync and an overwrite in place",
     )
+    parser.add_argument("--after", action="store_true",
+                        help="a task's work of the core against the wait before it")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.after:
+        after(args.dir, args.rounds)
+        return
     if args.gaps:
         gaps(args.dir, args.rounds)
         return
