@@ -57,8 +57,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -176,28 +177,49 @@ def _p90(run: list[float]) -> float:
     return run[len(run) * 9 // 10]
 
 
-def gaps(directory: str, rounds: int, n: int = 2000) -> None:
-    """Print ``--gaps``' table: each gap's fsync (mean, p50, p90) against gap 0's."""
-    seen: dict[int, list[list[float]]] = {gap: [] for gap in GAPS}
+K = TypeVar("K")
+
+
+def _interleaved(
+    directory: str, name: str, kinds: Sequence[K], rounds: int,
+    measure: Callable[[int, K], list[float]],
+) -> dict[K, list[list[float]]]:  # fmt: skip
+    """Each kind's sorted samples, ``rounds`` times over, the kinds interleaved: what
+    ``measure(fd, kind)`` returns, ``fd`` a log file of its own in a temporary dir."""
+    seen: dict[K, list[list[float]]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(dir=directory, prefix="snerd-fsync-") as raw_tmp:
-        fd = os.open(Path(raw_tmp) / "gaps.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(Path(raw_tmp) / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             for _ in range(rounds):
-                for gap in GAPS:
-                    seen[gap].append(sorted(fsyncs_after(fd, gap, n)))
+                for kind in kinds:
+                    seen[kind].append(sorted(measure(fd, kind)))
         finally:
             os.close(fd)
+    return seen
 
-    def figure(gap: int, of: Callable[[list[float]], float]) -> float:
-        return statistics.median(of(run) for run in seen[gap]) * 1e6
 
+def _table(seen: dict[K, list[list[float]]], base: K, names: dict[K, str], width: int,
+           digits: int) -> None:  # fmt: skip
+    """Each kind's mean, p50 and p90 (medians over the rounds), in us and against
+    ``base``'s."""
+
+    def figure(kind: K, of: Callable[[list[float]], float]) -> float:
+        return statistics.median(of(run) for run in seen[kind]) * 1e6
+
+    for kind in seen:
+        cells = [f"{figure(kind, f):,.{digits}f} us ({figure(kind, f) / figure(base, f):.1f}x)"
+                 for f in (_mean, _p50, _p90)]  # fmt: skip
+        print(f"{names[kind]:>{width}}" + "".join(f"{c:>18}" for c in cells))
+
+
+def gaps(directory: str, rounds: int, n: int = 2000) -> None:
+    """Print ``--gaps``' table: each gap's fsync (mean, p50, p90) against gap 0's."""
+    seen = _interleaved(directory, "gaps.log", GAPS, rounds,
+                        lambda fd, gap: fsyncs_after(fd, gap, n))  # fmt: skip
     print(f"one fsync after a 300-byte append, by the busy work before it; {n} fsyncs a "
           f"gap, medians of {rounds} interleaved rounds, ratios against gap 0")  # fmt: skip
     print(f"{'work before':>12}{'mean':>18}{'p50':>18}{'p90':>18}")
-    for gap in GAPS:
-        cells = [f"{figure(gap, f):,.0f} us ({figure(gap, f) / figure(0, f):.1f}x)"
-                 for f in (_mean, _p50, _p90)]  # fmt: skip
-        print(f"{gap:>9} us" + "".join(f"{c:>18}" for c in cells))
+    _table(seen, 0, {gap: f"{gap:>9} us" for gap in GAPS}, 12, 0)
 
 
 PAUSE_SECONDS = 200e-6
@@ -269,29 +291,15 @@ def work_after(fd: int, pause: str, lines: list[bytes],
 def after(directory: str, rounds: int, n: int = 2000) -> None:
     """Print ``--after``'s table: a task's work after each kind of wait."""
     lines, batches = task_batches(n)
-    seen: dict[str, list[list[float]]] = {pause: [] for pause in PAUSES}
-    with tempfile.TemporaryDirectory(dir=directory, prefix="snerd-fsync-") as raw_tmp:
-        fd = os.open(Path(raw_tmp) / "after.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            for _ in range(rounds):
-                for pause in PAUSES:
-                    seen[pause].append(sorted(work_after(fd, pause, lines, batches)))
-        finally:
-            os.close(fd)
-
-    def figure(pause: str, of: Callable[[list[float]], float]) -> float:
-        return statistics.median(of(run) for run in seen[pause]) * 1e6
-
+    seen = _interleaved(directory, "after.log", PAUSES, rounds,
+                        lambda fd, pause: work_after(fd, pause, lines, batches))  # fmt: skip
     print(f"one task's work of the pure core (parse its enqueue line, fold its batch of 3 "
           f"records) right after a wait; {n} tasks a kind, medians of {rounds} interleaved "
           "rounds, ratios against back to back")  # fmt: skip
     print(f"{'wait before':>22}{'mean':>18}{'p50':>18}{'p90':>18}")
     names = {"none": "none", "busy": "200 us busy", "sleep": "200 us sleep",
              "fsync": "append + fsync"}  # fmt: skip
-    for pause in PAUSES:
-        cells = [f"{figure(pause, f):,.1f} us ({figure(pause, f) / figure('none', f):.1f}x)"
-                 for f in (_mean, _p50, _p90)]  # fmt: skip
-        print(f"{names[pause]:>22}" + "".join(f"{c:>18}" for c in cells))
+    _table(seen, "none", names, 22, 1)
 
 
 def main(argv: list[str] | None = None) -> None:
