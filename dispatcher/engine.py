@@ -415,15 +415,15 @@ class Engine:
         ms, 5% less CPU a task and a blocking client's ack 4% sooner: the claim's own
         request, write and fold cost more than its decision.)"""
         enqueued: asyncio.Future[EnqueueOutcome] = asyncio.get_running_loop().create_future()
-        if (reply is None or acked is not None) and _alone(cmd) and (
-            self.dispatcher.none_ready() and self._may_claim() and self._may_run_at_once(cmd)
-        ):  # fmt: skip
-            self._enqueue_claiming(cmd, enqueued, reply, acked)
-            return enqueued
         early = None if acked is None else _Early(acked)
-        self._joined(cmd, functools.partial(_member, enqueued), durable=True, on_durable=early)
         if reply is not None and early is not None:
             reply = early.unless_answered(reply)
+        if (reply is None or early is not None) and _alone(cmd) and (
+            self.dispatcher.none_ready() and self._may_claim() and self._may_run_at_once(cmd)
+        ):  # fmt: skip
+            self._enqueue_claiming(cmd, enqueued, reply, early)
+            return enqueued
+        self._joined(cmd, functools.partial(_member, enqueued), durable=True, on_durable=early)
         if not self._may_claim() or not self._may_run_at_once(cmd):
             if reply is not None:
                 enqueued.add_done_callback(reply)
@@ -459,21 +459,19 @@ class Engine:
     def _enqueue_claiming(
         self, cmd: Enqueue, enqueued: asyncio.Future[EnqueueOutcome],
         reply: Callable[[asyncio.Future[EnqueueOutcome]], None] | None = None,
-        acked: Callable[[EnqueueOutcome], None] | None = None,
+        early: _Early | None = None,
     ) -> None:  # fmt: skip
         """:meth:`enqueue_soon` when a worker is free and nothing ready here waits: the
         enqueue closes its run to all but successes, and the run's request decides the
         claim of the new task last, told without a fold in between
         (:meth:`Dispatcher.claim_enqueued`); the one fold of the run takes them all.
         Where only a plan after the fold can tell, the run claims nothing and the fold
-        wakes the dispatcher, as for any enqueue. ``acked`` (the daemon's) hears the
-        outcome once durable, before the fold. Once written, the attempt starts, then
-        the waiter hears the outcome (an in-process handler that ends at once submits
-        its success before the waiter's next enqueue, which then joins it)."""
+        wakes the dispatcher, as for any enqueue. ``early`` (the daemon's ``acked``) hears
+        the outcome once durable, before the fold; ``reply`` then skips it. Once
+        written, the attempt starts, then the waiter hears the outcome (an in-process
+        handler that ends at once submits its success before the waiter's next enqueue,
+        which then joins it)."""
         run: _Run | None = None
-        early = None if acked is None else _Early(acked)
-        if reply is not None and early is not None:
-            reply = early.unless_answered(reply)
 
         def answer(written: asyncio.Future[list[Any]], i: int) -> None:
             assert run is not None
