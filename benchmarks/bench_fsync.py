@@ -4,6 +4,7 @@
     python -m benchmarks.bench_fsync --gaps [--rounds R]
     python -m benchmarks.bench_fsync --syncs [--rounds R]
     python -m benchmarks.bench_fsync --after [--rounds R]
+    python -m benchmarks.bench_fsync --overlap [--rounds R]
 
 ``FileLog`` runs an fsync on the event loop's thread while this disk's fsyncs take
 under ``INLINE_FSYNC_SECONDS`` (5 ms), else in its fsync pool, so that a slow volume
@@ -45,6 +46,19 @@ interleaved rounds: none (back to back, as a micro-benchmark runs), a 200 us bus
 (the CPU stays awake), a 200 us sleep, and an append and ``fsync`` of a 300-byte line
 (as the daemon's). Each against back to back. (The echo floors of ``bench_hotpath``
 do next to no work after their waits; a queue does all of its work after one.)
+
+``--overlap`` asks whether the work after a batch's write could run *while* its
+``fsync`` does, on this machine: the fold of what the batch wrote needs no durability,
+only the answers (acks, futures) wait for it. A loop of tasks, each 60 us of busy work
+(the decisions), an append, the sync, and 60 us more (the fold), with the sync placed
+four ways: ``inline`` (the log's: the fold after ``fsync`` returns); ``thread`` (the
+``fsync`` handed to a waiting thread, the fold meanwhile, then a wait for the thread);
+``process`` (handed to a helper process over a pipe: no GIL to share); ``aio`` (Linux
+kernel AIO, ``IOCB_CMD_FSYNC`` through ``io_submit``, the fold, then ``io_getevents``:
+no thread of ours at all; x86-64 and arm64 Linux only). Each prints its time a task
+and the CPU a task of the *whole machine* (``/proc/stat``: a kernel worker's or a
+helper's CPU is no process's of ours, and a hand-off that moves CPU there is not
+free), against inline's.
 """
 
 from __future__ import annotations
@@ -199,17 +213,17 @@ def _interleaved(
 
 
 def _table(seen: dict[K, list[list[float]]], base: K, names: dict[K, str], width: int,
-           digits: int) -> None:  # fmt: skip
+           digits: int, end: str = "\n") -> None:  # fmt: skip
     """Each kind's mean, p50 and p90 (medians over the rounds), in us and against
-    ``base``'s."""
+    ``base``'s (each kind of ``names``; ``end`` ends each row)."""
 
     def figure(kind: K, of: Callable[[list[float]], float]) -> float:
         return statistics.median(of(run) for run in seen[kind]) * 1e6
 
-    for kind in seen:
-        cells = [f"{figure(kind, f):,.{digits}f} us ({figure(kind, f) / figure(base, f):.1f}x)"
+    for kind in names:
+        cells = [f"{figure(kind, f):,.{digits}f} us ({figure(kind, f) / figure(base, f):.2f}x)"
                  for f in (_mean, _p50, _p90)]  # fmt: skip
-        print(f"{names[kind]:>{width}}" + "".join(f"{c:>18}" for c in cells))
+        print(f"{names[kind]:>{width}}" + "".join(f"{c:>18}" for c in cells), end=end)
 
 
 def gaps(directory: str, rounds: int, n: int = 2000) -> None:
@@ -302,6 +316,166 @@ def after(directory: str, rounds: int, n: int = 2000) -> None:
     _table(seen, "none", names, 22, 1)
 
 
+OVERLAP_WORK_US = 60
+"""Busy work before each append and after it (the fold) in ``--overlap``."""
+
+PLACES = ("inline", "thread", "process", "aio")
+
+
+_AIO_SYSCALLS = {"x86_64": (206, 208, 209), "aarch64": (0, 4, 2)}
+"""io_setup, io_getevents and io_submit's numbers, by machine."""
+
+
+class _KernelAio:
+    """One ``IOCB_CMD_FSYNC`` at a time through Linux AIO (raw syscalls, via ctypes)."""
+
+    def __init__(self, fd: int) -> None:
+        import ctypes
+        import platform
+        import struct
+
+        self._ct = ctypes
+        numbers = _AIO_SYSCALLS.get(platform.machine())
+        if numbers is None:
+            raise OSError(f"no AIO syscall numbers for {platform.machine()}")
+        setup, self._getevents, self._submit = numbers
+        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
+        self._syscall.restype = ctypes.c_long
+        self._ctx = ctypes.c_ulong(0)
+        if self._syscall(setup, ctypes.c_long(1), ctypes.byref(self._ctx)) != 0:
+            raise OSError(ctypes.get_errno(), "io_setup")
+        # struct iocb: data, key, rw_flags, opcode (2: FSYNC), reqprio, fildes, then zeros
+        self._iocb = ctypes.create_string_buffer(64)
+        struct.pack_into("<QIiHhI", self._iocb, 0, 0, 0, 0, 2, 0, fd)
+        self._iocbs = (ctypes.c_void_p * 1)(ctypes.addressof(self._iocb))
+        self._event = ctypes.create_string_buffer(32)  # struct io_event
+        self._one = ctypes.c_long(1)
+
+    def submit(self) -> None:
+        if self._syscall(self._submit, self._ctx, self._one, self._iocbs) != 1:
+            raise OSError(self._ct.get_errno(), "io_submit")
+
+    def wait(self) -> None:
+        import struct
+
+        while self._syscall(self._getevents, self._ctx, self._one, self._one,
+                            self._event, None) != 1:  # fmt: skip
+            if self._ct.get_errno() != 4:  # EINTR: again
+                raise OSError(self._ct.get_errno(), "io_getevents")
+        result = struct.unpack_from("<q", self._event, 16)[0]
+        if result < 0:
+            raise OSError(-result, os.strerror(-result))
+
+
+def _machine_cpu() -> float:
+    """Seconds of CPU the whole machine has spent (every CPU, all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def overlapped(fd: int, place: str, n: int) -> tuple[list[float], float]:
+    """(seconds of each of ``n`` tasks, machine CPU seconds a task) with the sync placed
+    as ``place`` says (one of PLACES; see ``--overlap``)."""
+    import queue
+    import threading
+
+    clock, line = time.perf_counter, b"x" * 299 + b"\n"
+
+    def busy() -> None:
+        until = clock() + OVERLAP_WORK_US / 1e6
+        while clock() < until:
+            pass
+
+    start_sync: Callable[[], None] = lambda: None  # noqa: E731
+    wait_sync: Callable[[], None] = lambda: os.fsync(fd)  # noqa: E731
+    stop: Callable[[], None] = lambda: None  # noqa: E731
+    if place == "thread":
+        asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        dones: queue.SimpleQueue[bool] = queue.SimpleQueue()
+
+        def syncer() -> None:
+            while asks.get():
+                os.fsync(fd)
+                dones.put(True)
+
+        threading.Thread(target=syncer, daemon=True).start()
+        start_sync, wait_sync = lambda: asks.put(True), dones.get
+        stop = lambda: asks.put(False)  # noqa: E731
+    elif place == "process":
+        ask_r, ask_w = os.pipe()
+        done_r, done_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the helper: an fsync for every byte asked, until EOF
+            os.close(ask_w)
+            os.close(done_r)
+            while os.read(ask_r, 1):
+                os.fsync(fd)
+                os.write(done_w, b"k")
+            os._exit(0)
+        os.close(ask_r)
+        os.close(done_w)
+        start_sync = lambda: os.write(ask_w, b"s") and None  # noqa: E731
+        wait_sync = lambda: os.read(done_r, 1) and None  # noqa: E731
+
+        def stop() -> None:
+            os.close(ask_w)
+            os.waitpid(pid, 0)
+            os.close(done_r)
+    elif place == "aio":
+        aio = _KernelAio(fd)
+        start_sync, wait_sync = aio.submit, aio.wait
+    took: list[float] = []
+    cpu = _machine_cpu()
+    try:
+        for _ in range(n):
+            begin = clock()
+            busy()  # the decisions
+            os.write(fd, line)
+            start_sync()
+            if place != "inline":
+                busy()  # the fold, while the sync runs
+            wait_sync()
+            if place == "inline":
+                busy()  # the fold, after it
+            took.append(clock() - begin)
+    finally:
+        stop()
+    return took, (_machine_cpu() - cpu) / n
+
+
+def overlap(directory: str, rounds: int, n: int = 2000) -> None:
+    """Print ``--overlap``'s table: a task's time and machine CPU by sync placement."""
+    try:
+        places = list(PLACES)
+        probe = os.open(os.devnull, os.O_RDONLY)
+        try:
+            _KernelAio(probe)
+        finally:
+            os.close(probe)
+    except OSError as exc:
+        print(f"(kernel AIO is not available here: {exc}; aio left out)")
+        places.remove("aio")
+    cpus: dict[str, list[float]] = {place: [] for place in places}
+
+    def measure(fd: int, place: str) -> list[float]:
+        took, cpu = overlapped(fd, place, n)
+        cpus[place].append(cpu)
+        return took
+
+    seen = _interleaved(directory, "overlap.log", places, rounds, measure)
+    print(f"a task: {OVERLAP_WORK_US} us of work, an append and its sync, {OVERLAP_WORK_US} us "
+          f"of work that may overlap the sync; {n} tasks a placement, medians of {rounds} "
+          "interleaved rounds, ratios against inline")  # fmt: skip
+    print(f"{'sync':>10}{'mean':>18}{'p50':>18}{'p90':>18}{'machine CPU':>20}")
+    base = statistics.median(cpus["inline"]) * 1e6
+    for place in places:
+        _table({place: seen[place], "inline": seen["inline"]}, "inline", {place: place}, 10, 0,
+               end="")  # fmt: skip
+        cpu = statistics.median(cpus[place]) * 1e6
+        print(f"{f'{cpu:,.0f} us ({cpu / base:.2f}x)':>20}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=3000)
@@ -316,7 +490,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--after", action="store_true",
                         help="a task's work of the core against the wait before it")  # fmt: skip
+    parser.add_argument("--overlap", action="store_true",
+                        help="the work after a write run while its sync runs, or after")
     args = parser.parse_args(argv)
+    if args.overlap:
+        overlap(args.dir, args.rounds)
+        return
     if args.after:
         after(args.dir, args.rounds)
         return
