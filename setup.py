@@ -3,8 +3,9 @@
 snerd is pure Python. A wheel build (``pip install .``, ``pip wheel .``) also compiles
 the fold's modules (``COMPILED``: the typed events, the rules, the bulk folder, the
 counters, the engine's incremental folder and the heaps and maps it keeps; and what
-every task passes through: the decisions, the queries and plan that pick claims, and
-the enqueue options' reader) to C extensions with mypyc, the compiler that ships with
+every task passes through: the decisions, the queries and plan that pick claims, the
+enqueue options' reader, and the wire's parser and encoders, as pure as the core: the
+``pure-wire`` contract of pyproject.toml) to C extensions with mypyc, the compiler that ships with
 mypy (black and mypy itself are built the same way): the same source, type-checked,
 about 1.5x faster where a start-up replays a long log, and a tenth less CPU a task
 (``benchmarks/README.md``). The interpreted modules stay in the wheel, and nothing
@@ -44,6 +45,7 @@ COMPILED = (
     "snerd/projections/queries.py",
     "snerd/projections/plan.py",
     "snerd/projections/options.py",
+    "snerd/rpc/protocol.py",
 )
 _BUILDS = ("bdist_wheel", "build_ext", "build")
 

@@ -19,13 +19,30 @@ import setup  # noqa: E402  (setup.py: COMPILED and ext_modules, no setup() on i
 sys.path.remove(str(ROOT))
 
 
+PURE = ("snerd/projections/", "snerd/rpc/protocol.py")
+"""What may be compiled: what pyproject.toml's contracts keep pure (``pure-core``,
+``pure-wire``): no I/O to compile around."""
+
+
 def test_the_compiled_modules_are_the_pure_core() -> None:
     assert setup.COMPILED
     for path in setup.COMPILED:
         assert (ROOT / path).is_file(), path
-        assert path.startswith("snerd/projections/"), path  # pure: no I/O to compile around
+        assert path.startswith(PURE), path
         module = importlib.import_module(path[:-3].replace("/", "."))
-        assert module.__name__.startswith("snerd.projections.")
+        assert module.__name__.startswith(("snerd.projections.", "snerd.rpc.protocol"))
+
+
+def test_the_pure_modules_are_under_a_purity_contract() -> None:
+    """A module compiled for being pure is one lint-imports holds to it."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    held = {m for c in contracts["contracts"] if c["id"] in ("pure-core", "pure-wire")
+            for m in c["source_modules"]}  # fmt: skip
+    for path in setup.COMPILED:
+        module = path[:-3].replace("/", ".")
+        assert any(module == m or module.startswith(m + ".") for m in held), module
 
 
 @pytest.mark.parametrize("argv", [["setup.py", "egg_info"], ["setup.py", "sdist"],
