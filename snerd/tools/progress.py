@@ -56,6 +56,13 @@ class LateProgress:
             self.bar = self.progress.add_task(self.label, total=max(self.total(), self.done))
         self.progress.update(self.bar, completed=self.done)
 
+    def grow(self, total: Callable[[], int]) -> None:
+        """From now on ``total()`` is the whole count (more items to come than the first
+        total said); a bar already shown takes it at once."""
+        self.total = total
+        if self.progress is not None:
+            self.progress.update(self.bar, total=max(total(), self.done))
+
     @property
     def shown(self) -> bool:
         return self.progress is not None

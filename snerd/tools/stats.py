@@ -1,7 +1,10 @@
 """``snerdmq stats [STORAGE]``: what is in the queue now, and what it has done.
 
-Read-only: folds the live log (no lock, no engine) and counts the full history
-(archives included) for totals.
+Read-only: folds the live log (no lock, no engine). The totals since the log began are
+the projection's counters, which a compaction restates at the head of the new log: the
+figures the dashboard and ``/metrics`` show, whatever retention pruned from the
+archives. The archives are read only for the one figure the live log may lack: the
+limit of a rate group none of whose tasks is in it.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +33,19 @@ class Snapshot:
     state: Any  # QueueState
     skipped: int
     now: float
-    totals: dict[str, int] | None = None  # the metric totals, when the fold counted them
-    limits: dict[str, int] | None = None  # each rate group's last maxPerMinute, likewise
+    limits: dict[str, int] = field(default_factory=dict)  # each rate group's last
+    # maxPerMinute in the live log
+    history: bool = False  # whether history older than the live log may be stored
+    # (archives, or a PostgreSQL queue's)
 
 
 def load(storage: Path | str, progress: LateProgress | None = None) -> Snapshot:
-    """Fold the live log of an existing storage (exit 1 when there is none). Without
-    archives the live log is the whole history: the same pass counts the totals."""
+    """Fold the live log of an existing storage (exit 1 when there is none), noting each
+    rate group's last limit on the way."""
     from snerd.eventlog.base import SkippedLine
     from snerd.eventlog.layout import resolve
     from snerd.eventlog.storage import is_url, open_live
     from snerd.projections import bulk_fold
-    from snerd.projections.views.stats import fold_with_totals
 
     storage = kit.existing_storage(storage)
     skipped = 0
@@ -55,11 +59,10 @@ def load(storage: Path | str, progress: LateProgress | None = None) -> Snapshot:
                 yield item
 
     items = records() if progress is None else progress.wrap(records())
-    if is_url(str(storage)) or resolve(storage).archive_files():  # (a URL may have some)
-        return Snapshot(storage, bulk_fold(items), skipped, time.time())
     limits: dict[str, int] = {}
-    state, totals = fold_with_totals(_noting_limits(items, limits))
-    return Snapshot(storage, state, skipped, time.time(), totals, limits)
+    state = bulk_fold(_noting_limits(items, limits))
+    history = is_url(str(storage)) or bool(resolve(storage).archive_files())
+    return Snapshot(storage, state, skipped, time.time(), limits, history)
 
 
 def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, Any]:
@@ -67,7 +70,7 @@ def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, A
     of every metric (events, e.g. ``failed_attempts``) since the log began."""
     from snerd.eventlog.base import SkippedLine
     from snerd.eventlog.storage import describe, open_history
-    from snerd.projections.views.stats import metric_totals, rate_groups
+    from snerd.projections.views.stats import rate_groups, state_totals
     from snerd.projections.views.status import DEAD_LETTERED, counts, status_of
 
     state, now = snap.state, snap.now
@@ -76,19 +79,18 @@ def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, A
         by_type.setdefault(task.type, Counter())[status_of(task, now)] += 1
     for entry in state.dlq.values():
         by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
-    limits: dict[str, int] = {}
-    if snap.totals is not None and snap.limits is not None:
-        totals, limits = snap.totals, snap.limits
-    else:
+    limits = snap.limits
+    if snap.history and unknown_limits(state, limits):
+        limits = {}  # each group's last limit in the whole history, the live log's last
         records = (r for r in open_history(snap.storage) if not isinstance(r, SkippedLine))
-        history = _noting_limits(records if progress is None else progress.wrap(records),
-                                 limits)  # fmt: skip
-        totals = metric_totals(history)
+        for _ in _noting_limits(records if progress is None else progress.wrap(records),
+                                limits):  # fmt: skip
+            pass
     where = describe(snap.storage)
     return {
         "storage": kit.shown(snap.storage),
         "counts": counts(state, now),
-        "totals": totals,
+        "totals": state_totals(state),
         "types": {t: dict(c) for t, c in sorted(by_type.items())},
         "rate_groups": rate_groups(state, now, limits),
         "log": {
@@ -101,31 +103,43 @@ def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, A
     }
 
 
+def unknown_limits(state: Any, limits: dict[str, int]) -> set[str]:
+    """The rate groups :func:`rate_groups` shows whose limit neither a live task of
+    theirs nor a record of the live log (``limits``) gives: only the history can."""
+    groups = set(state.windows)
+    known = set(limits)
+    for task in state.tasks.values():
+        if task.rate_group:
+            groups.add(task.rate_group)
+            if task.max_per_minute:
+                known.add(task.rate_group)
+    return groups - known
+
+
 def gather(storage: Path | str, console: Console, *,
            clock: Callable[[], float] = time.monotonic, after: float = 1.0,
            every: int = 4096) -> dict[str, Any]:  # fmt: skip
     """:func:`collect` of :func:`load`, with a progress bar on ``console`` (records read
-    of the live log and then the full history) once it runs past ``after`` seconds (of
-    a storage dir: a PostgreSQL queue is read without one)."""
+    of the live log, and of the whole history when a limit must come from it) once it
+    runs past ``after`` seconds (of a storage dir: a PostgreSQL queue is read without
+    one)."""
     from snerd.eventlog.history import history_files
     from snerd.eventlog.layout import resolve
     from snerd.eventlog.storage import is_url
+    from snerd.tools.replay_source import count_lines
 
     if is_url(str(storage)):
         return collect(load(storage))
-
-    def total() -> int:
-        from snerd.tools.replay_source import count_lines
-
-        storage_ = kit.existing_storage(storage)
-        layout = resolve(storage_)
-        again = history_files(storage_) if layout.archive_files() else []  # see load()
-        return count_lines([layout.log_path, *again])
-
-    progress = LateProgress("reading the log", total, console, clock=clock, after=after,
-                            every=every)  # fmt: skip
+    where = kit.existing_storage(storage)
+    layout = resolve(where)
+    progress = LateProgress("reading the log", lambda: count_lines([layout.log_path]),
+                            console, clock=clock, after=after, every=every)  # fmt: skip
     try:
-        return collect(load(storage, progress), progress)
+        snap = load(storage, progress)
+        if snap.history and unknown_limits(snap.state, snap.limits):
+            live = progress.done
+            progress.grow(lambda: live + count_lines(history_files(where)))
+        return collect(snap, progress)
     finally:
         progress.close()
 

@@ -69,18 +69,35 @@ def test_the_bar_counts_every_item_and_asks_the_total_only_when_shown() -> None:
     assert not quiet.shown and asked == [1]
 
 
+def test_a_grown_total_reaches_a_bar_already_shown() -> None:
+    console, _out = terminal()
+    late = LateProgress("x", lambda: 40, console, clock=StepClock(1.0), after=1.0, every=10)
+    assert list(late.wrap(range(30))) == list(range(30))
+    assert late.shown and late.progress is not None
+    assert late.progress.tasks[0].total == 40
+    late.grow(lambda: 90)  # more to read than the first total said
+    assert late.progress.tasks[0].total == 90 and late.total() == 90
+    late.close()
+    quiet = LateProgress("x", lambda: 40, console, clock=StepClock(0.0), after=1.0, every=10)
+    quiet.grow(lambda: 90)  # no bar yet: the new total is asked when one appears
+    assert not quiet.shown and quiet.total() == 90
+
+
 @settings(max_examples=examples(150), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(logs=loggen.any_logs)
-def test_one_pass_stats_equal_the_two_pass_ones(tmp_path_factory: Any, logs: Any) -> None:
+def test_the_totals_are_the_events_counted_one_by_one(tmp_path_factory: Any, logs: Any) -> None:
+    """Without a restated ``counters`` record, the totals ``stats`` reports (the fold's
+    counters) are the counters evolve bumps, record by record; and the limits noted in
+    the live log's one pass are what a read of the history gives."""
     storage = tmp_path_factory.mktemp("s")
     log = storage / "tasks" / "tasks.log"
     log.parent.mkdir(parents=True)
     log.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in logs))
     snap = load(storage)
-    assert snap.totals is not None  # no archives: counted in the fold's pass
+    assert not snap.history  # no archives: the live log is all of it
     one = collect(snap)
-    two = collect(replace(snap, totals=None, limits=None))  # the history read again
+    two = collect(replace(snap, history=True, limits={}))  # the history read for limits
     assert one == two
     from snerd.projections.views.stats import METRICS, counted
 
