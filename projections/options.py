@@ -214,12 +214,25 @@ def _task_data(r: Fields) -> str:
     value = r.get("task_data")
     if isinstance(value, str):
         return value
+    try:
+        text = orjson.dumps(value)
+    except TypeError as exc:  # (orjson's JSONEncodeError): e.g. an integer past 64 bits
+        _shallow_enough(r, value)  # (or nested past orjson's own limit, or a cycle)
+        r.fail("task_data", f"task_data cannot be encoded as JSON: {exc}")
+    if _opened(text) >= MAX_DEPTH:  # else it cannot nest that deep: no walk
+        _shallow_enough(r, value)
+    return text.decode()
+
+
+def _opened(text: bytes) -> int:
+    """How many arrays and objects JSON ``text`` opens at most (its ``[`` and ``{``, some
+    perhaps inside strings): a bound on how deeply they nest."""
+    return text.count(b"[") + text.count(b"{")
+
+
+def _shallow_enough(r: Fields, value: Any) -> None:
     if depth(value, MAX_DEPTH) >= MAX_DEPTH:
         r.fail("task_data", f"task_data nests deeper than {MAX_DEPTH - 1} levels")
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError as exc:  # (orjson's JSONEncodeError): e.g. an integer past 64 bits
-        r.fail("task_data", f"task_data cannot be encoded as JSON: {exc}")
 
 
 def _rate_limit(r: Fields) -> tuple[str | None, int | None]:

@@ -173,9 +173,10 @@ def parse_message(msg: Any, *, raw: bytes = b"") -> Command:
         raise InvalidMessage(f"message must be a JSON object, got {shown}", code=INVALID_JSON,
                              raw=raw[:1024])  # fmt: skip
     reader = _Reader(msg, raw)
-    for name, value in msg.items():
-        if isinstance(value, (dict, list)) and depth(value, MAX_DEPTH) >= MAX_DEPTH:
-            reader.fail(name, f"{name} nests deeper than {MAX_DEPTH - 1} levels")
+    if not raw or raw.count(b"[") + raw.count(b"{") >= MAX_DEPTH:  # else none can nest so
+        for name, value in msg.items():
+            if isinstance(value, (dict, list)) and depth(value, MAX_DEPTH) >= MAX_DEPTH:
+                reader.fail(name, f"{name} nests deeper than {MAX_DEPTH - 1} levels")
     action = msg.get("action")
     if action is None:
         reader.fail("action", "action is required", code=MISSING_FIELD)
