@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from auditkit import storage_problems
 from click.testing import CliRunner
+from seedkit import ok_and_bad
 
-import snerd
 from snerd.tools.cancel import cancel
 from snerd.tools.compact import compact
 from snerd.tools.dlq import dlq
@@ -23,15 +23,7 @@ from snerd.tools.stats import stats
 async def _seed(path: Path) -> None:
     """ok-1 completed; bad-1 dead (boom) and its child-1 failed through; wait-1 pending
     (nobody handles its type); later-1 scheduled an hour ahead."""
-    queue = snerd.Queue(str(path), fsync=False)
-
-    @queue.handler("ok")
-    async def ok(job: object) -> None:
-        return None
-
-    @queue.handler("bad")
-    async def bad(job: object) -> None:
-        raise RuntimeError("boom")
+    queue = ok_and_bad(path)
 
     async with queue:
         await queue.enqueue("ok-1", "ok", {"n": 1})

@@ -12,6 +12,7 @@ import pgkit
 import pytest
 from auditkit import storage_problems
 from click.testing import CliRunner
+from seedkit import ok_and_bad
 
 import snerd
 from snerd.eventlog import iter_history
@@ -21,15 +22,7 @@ from snerd.tools.replay import replay
 
 async def _seed(path: Path) -> None:
     """Some history with a compaction in the middle: archives and a live log."""
-    queue = snerd.Queue(str(path), fsync=False)
-
-    @queue.handler("ok")
-    async def ok(job: object) -> None:
-        return None
-
-    @queue.handler("bad")
-    async def bad(job: object) -> None:
-        raise RuntimeError("boom")
+    queue = ok_and_bad(path)
 
     async with queue:
         for i in range(20):

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from seedkit import ok_and_bad
 
-import snerd
 from snerd.tools import stats as stats_tool
 from snerd.tools.compact import compact
 from snerd.tools.stats import stats
@@ -22,15 +22,7 @@ from snerd.tools.stats import stats
 async def _seed(path: Path, n: int, group: str | None = None) -> None:
     """``n`` tasks run to completion (in rate group ``group``, limit 7, if given), and
     one that fails once and dead-letters (no retries)."""
-    queue = snerd.Queue(str(path), fsync=False)
-
-    @queue.handler("ok")
-    async def ok(job: object) -> None:
-        return None
-
-    @queue.handler("bad")
-    async def bad(job: object) -> None:
-        raise RuntimeError("no")
+    queue = ok_and_bad(path)
 
     limits: dict[str, Any] = {} if group is None else {"rate_limit_group": group,
                                                         "max_per_minute": 7}  # fmt: skip
