@@ -7,9 +7,9 @@ from pathlib import Path
 import snerd
 
 
-def ok_and_bad(path: Path) -> snerd.Queue:
-    """An embedded queue on ``path`` (no fsync) whose ``ok`` handler succeeds and whose
-    ``bad`` one raises ``RuntimeError("boom")``."""
+def ok_and_bad(path: Path | str) -> snerd.Queue:
+    """An embedded queue on ``path`` (a directory or a PostgreSQL URL; no fsync) whose
+    ``ok`` handler succeeds and whose ``bad`` one raises ``RuntimeError("boom")``."""
     queue = snerd.Queue(str(path), fsync=False)
 
     @queue.handler("ok")

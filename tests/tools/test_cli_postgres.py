@@ -12,8 +12,8 @@ from typing import Any
 import pgkit
 import pytest
 from click.testing import CliRunner
+from seedkit import ok_and_bad
 
-import snerd
 from snerd.tools.cancel import cancel
 from snerd.tools.compact import compact
 from snerd.tools.dlq import dlq
@@ -32,15 +32,7 @@ def with_password(url: str) -> str:
 
 
 async def _seed(url: str) -> None:
-    queue = snerd.Queue(url, fsync=False)
-
-    @queue.handler("ok")
-    async def ok(job: object) -> None:
-        return None
-
-    @queue.handler("bad")
-    async def bad(job: object) -> None:
-        raise RuntimeError("boom")
+    queue = ok_and_bad(url)
 
     async with queue:
         await queue.enqueue("ok-1", "ok", {"n": 1})
