@@ -160,24 +160,6 @@ def counted(records: Iterable[Record]) -> Iterator[tuple[str, Event]]:
             heard.clear()
 
 
-def metric_totals(records: Iterable[Record]) -> dict[str, int]:
-    """Every metric's count over ``records`` (e.g. the whole stored history)."""
-    return fold_with_totals(records)[1]
-
-
-def fold_with_totals(records: Iterable[Record]) -> tuple[QueueState, dict[str, int]]:
-    """The state :func:`~snerd.projections.replay.bulk_fold` reaches over ``records``,
-    and every metric's count on the way (one pass for both)."""
-    totals = dict.fromkeys(METRICS, 0)
-
-    def count(metric: str, event: Event) -> None:
-        totals[metric] += 1
-
-    folder = BulkFolder(on_count=count)
-    folder.feed(records)
-    return folder.finish(), totals
-
-
 def state_totals(state: QueueState) -> dict[str, int]:
     """Every metric's count since the log began, from the projection's totals by task
     type (``QueueState.counters``, restated by compaction): what ``/metrics`` reports,

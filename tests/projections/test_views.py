@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from snerd.projections import bulk_fold
 from snerd.projections.schedule import format_instant
 from snerd.projections.state import empty, fold
 from snerd.projections.views import stats, status
@@ -61,7 +62,7 @@ def test_metrics_count_events_and_a_cron_schedule_moving_on_is_no_completion() -
         {**rec("enqueued", "x"), "compacted": True},  # a snapshot restates history
         {"taskId": "sdk", "taskType": "t"},  # a SnerdMQ state line: no event
     ]
-    assert stats.metric_totals(records) == {
+    assert stats.state_totals(bulk_fold(records)) == {
         "enqueued": 1, "started": 0, "completed": 1, "failed_attempts": 2,
         "dead_lettered": 2, "cancelled": 0, "deduplicated": 0,
     }  # fmt: skip
