@@ -219,6 +219,17 @@ def render_summary(history: History | Tally, source: Source, at: float | None) -
     for state, n in history.counts().items():
         table.add_row(kit.styled_state(state), str(n))
     out.print(table)
+    gone = source.gone_before()
+    if gone is not None:
+        where = ("no archive of it is left (retention pruned it, or it was deleted)"
+                 if source.directory is not None else
+                 "this file starts with its snapshot (the archives hold the rest)")  # fmt: skip
+        out.print(
+            f"[yellow]Note:[/] the history up to seq {gone:,} was compacted and {where}: "
+            "tasks that ended before are not in these figures. `snerdmq stats` keeps the "
+            "totals since the log began.",
+            soft_wrap=True,
+        )
     if source.ambiguous:
         names = ", ".join(sorted(source.ambiguous)[:10]) + (
             ", ..." if len(source.ambiguous) > 10 else "")  # fmt: skip

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
 from snerd.projections.task import record_error
@@ -64,6 +66,26 @@ class Source:
         except LogError as exc:
             raise UsageProblem(str(exc)) from None
 
+
+    def gone_before(self) -> int | None:
+        """The seq up to which the history is gone: the oldest file read starts with a
+        compaction's snapshot of a history no earlier file holds (its archives pruned,
+        or deleted). None when the files start at the beginning (or a PostgreSQL
+        queue's rows are read)."""
+        from snerd.eventlog.history import SNAPSHOT_EVENT
+
+        if not self.files:
+            return None
+        with open(self.files[0], "rb") as f:
+            first = f.readline(1 << 20)
+        try:
+            header = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(header, dict) or header.get("event") != SNAPSHOT_EVENT:
+            return None
+        seq = header.get("seq")
+        return seq if type(seq) is int and seq > 0 else None
 
     def _note_ambiguity(self, record: Record) -> None:
         """SnerdMQ writes no error on the line that dead-letters a task with
