@@ -298,7 +298,7 @@ class Queue:
             command = enqueue_command(task_id, task_type, data, **given)
         except OptionError as exc:
             raise ProtocolError(exc.message, field=exc.field, task_id=task_id) from None
-        outcome = await self.engine.enqueue(command)
+        outcome = await self.engine.enqueue_soon(command)
         if isinstance(outcome, cmds.Refusal):
             raise DispatchError(outcome.message)
         if isinstance(outcome, cmds.Deduplicated):
