@@ -39,7 +39,9 @@ client (the daemon under callgrind, the client outside it): that client waits fo
 ack and ``execute`` before its next line, so the daemon sees the same lines in the same
 reads on every run, and its count repeats to about 0.2%. (The SDK's path is not
 counted: its lines interleave as the timing falls, and its count moves with the
-machine's load, by up to 10% here; it is left to the timed runs.)
+machine's load, by up to 10% here; it is left to the timed runs.) A fourth path runs the
+sequential one with a task's data the size of a real one (``big_payload``: ~4 KB, a
+list of 1,000 numbers), where work that grows with the data shows.
 """
 
 from __future__ import annotations
@@ -340,11 +342,19 @@ def _pool(workers: int) -> Any:
         yield pool.submit
 
 
+def big_payload(i: int) -> dict[str, Any]:
+    """A task's data the size of a real one: a user and a list of 1,000 numbers (~4 KB
+    of JSON), against the ``{"n": i}`` of every other path."""
+    return {"user": {"id": i, "name": "x" * 40, "tags": list(range(1000))}}
+
+
 async def embedded_run(
-    storage: Path, n: int, concurrent: bool, cpu_out: list[float] | None = None
-) -> float:
+    storage: Path, n: int, concurrent: bool, cpu_out: list[float] | None = None,
+    payload: Callable[[int], Any] | None = None,
+) -> float:  # fmt: skip
     """Tasks/s of our embedded queue: first enqueue to last task done (and its CPU a
-    task to ``cpu_out``: :data:`CPU_OUT`)."""
+    task to ``cpu_out``: :data:`CPU_OUT`); each task's data is ``payload(i)``, by default
+    ``{"n": i}``."""
     from snerd.embedded import Queue
 
     queue = Queue(str(storage))
@@ -361,11 +371,12 @@ async def embedded_run(
     async with queue:
         cpu = time.process_time()
         start = time.perf_counter()
+        data = (lambda i: {"n": i}) if payload is None else payload
         if concurrent:
-            await asyncio.gather(*(queue.enqueue(f"t{i}", "bench", {"n": i}) for i in range(n)))
+            await asyncio.gather(*(queue.enqueue(f"t{i}", "bench", data(i)) for i in range(n)))
         else:
             for i in range(n):
-                await queue.enqueue(f"t{i}", "bench", {"n": i})
+                await queue.enqueue(f"t{i}", "bench", data(i))
         await asyncio.wait_for(done.wait(), 600)
         rate = n / (time.perf_counter() - start)
         if cpu_out is not None:
@@ -414,13 +425,15 @@ def _line(label: str, value: str, goal: str, ok: bool | None) -> None:
     print(f"{label:<58} {value:<30} goal {goal}{mark}")
 
 
-INSTRUCTION_PATHS = {"sequential": (200, 600), "concurrent": (1000, 3000), "daemon": (100, 400)}
+INSTRUCTION_PATHS = {"sequential": (200, 600), "concurrent": (1000, 3000), "daemon": (100, 400),
+                     "payload": (100, 300)}  # fmt: skip
 """The paths ``--instructions`` counts, with the two task counts each runs."""
 
 INSTRUCTION_LABELS = {
     "sequential": "embedded, sequential enqueues",
     "concurrent": "embedded, concurrent enqueues",
     "daemon": "daemon, stdio client of (2)",
+    "payload": "embedded, sequential, 4 KB data",
 }
 
 
@@ -430,7 +443,8 @@ def _one_path(tree: Path, what: str, n: int) -> None:
     sys.path.insert(0, str(tree))  # (nothing has imported snerd in this process yet)
     with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-instr-") as raw_tmp:
         tmp = Path(raw_tmp)
-        asyncio.run(embedded_run(tmp / "e", n, what == "concurrent"))
+        payload = big_payload if what == "payload" else None
+        asyncio.run(embedded_run(tmp / "e", n, what == "concurrent", payload=payload))
 
 
 def _callgrind(tree: Path, what: str, n: int) -> int:
