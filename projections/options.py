@@ -219,14 +219,15 @@ def _task_data(r: Fields) -> str:
     except TypeError as exc:  # (orjson's JSONEncodeError): e.g. an integer past 64 bits
         _shallow_enough(r, value)  # (or nested past orjson's own limit, or a cycle)
         r.fail("task_data", f"task_data cannot be encoded as JSON: {exc}")
-    if _opened(text) >= MAX_DEPTH:  # else it cannot nest that deep: no walk
+    if opened(text) >= MAX_DEPTH:  # else it cannot nest that deep: no walk
         _shallow_enough(r, value)
     return text.decode()
 
 
-def _opened(text: bytes) -> int:
+def opened(text: bytes) -> int:
     """How many arrays and objects JSON ``text`` opens at most (its ``[`` and ``{``, some
-    perhaps inside strings): a bound on how deeply they nest."""
+    perhaps inside strings): a bound on how deeply they nest, counted in C, so that
+    :func:`depth` walks only text that could reach the limit."""
     return text.count(b"[") + text.count(b"{")
 
 

@@ -40,7 +40,7 @@ from snerd.projections.options import (
 from snerd.projections.options import (
     MIN_EXECUTE_AT as MIN_EXECUTE_AT,
 )
-from snerd.projections.options import Fields, enqueue_options
+from snerd.projections.options import Fields, enqueue_options, opened
 from snerd.projections.options import depth as depth
 from snerd.projections.options import show as _show
 from snerd.rpc.messages import (
@@ -173,7 +173,7 @@ def parse_message(msg: Any, *, raw: bytes = b"") -> Command:
         raise InvalidMessage(f"message must be a JSON object, got {shown}", code=INVALID_JSON,
                              raw=raw[:1024])  # fmt: skip
     reader = _Reader(msg, raw)
-    if not raw or raw.count(b"[") + raw.count(b"{") >= MAX_DEPTH:  # else none can nest so
+    if not raw or opened(raw) >= MAX_DEPTH:  # else no field can nest that deep: no walk
         for name, value in msg.items():
             if isinstance(value, (dict, list)) and depth(value, MAX_DEPTH) >= MAX_DEPTH:
                 reader.fail(name, f"{name} nests deeper than {MAX_DEPTH - 1} levels")

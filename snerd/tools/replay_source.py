@@ -66,7 +66,6 @@ class Source:
         except LogError as exc:
             raise UsageProblem(str(exc)) from None
 
-
     def gone_before(self) -> int | None:
         """The seq up to which the history is gone: the oldest file read starts with a
         compaction's snapshot of a history no earlier file holds (its archives pruned,
