@@ -131,6 +131,16 @@ def _max_seq(record: Record, last: int | None) -> int | None:
     return seq if last is None else max(last, seq)
 
 
+def starts_after(path: str | os.PathLike[str]) -> int | None:
+    """The seq a log file's history starts after: its first line is a compaction's
+    snapshot header of a seq past 0 (what came before is in older files, or gone).
+    None when it starts at the beginning. Raises LogError if the file cannot be read."""
+    for first in read_records(path, final=True):  # (the first line only)
+        header = None if isinstance(first, SkippedLine) else _snapshot_header(first)
+        return header[0] if header is not None and header[0] > 0 else None
+    return None
+
+
 def _snapshot_header(record: Record) -> tuple[int, int] | None:
     """(seq, snapshot record count) if ``record`` is a compaction's snapshot header."""
     if record.get("event") != SNAPSHOT_EVENT:

@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
 from snerd.projections.task import record_error
@@ -71,20 +69,15 @@ class Source:
         compaction's snapshot of a history no earlier file holds (its archives pruned,
         or deleted). None when the files start at the beginning (or a PostgreSQL
         queue's rows are read)."""
-        from snerd.eventlog.history import SNAPSHOT_EVENT
+        from snerd.errors import LogError
+        from snerd.eventlog.history import starts_after
 
         if not self.files:
             return None
-        with open(self.files[0], "rb") as f:
-            first = f.readline(1 << 20)
         try:
-            header = orjson.loads(first)
-        except orjson.JSONDecodeError:
+            return starts_after(self.files[0])
+        except LogError:  # (the replay itself reports an unreadable file)
             return None
-        if not isinstance(header, dict) or header.get("event") != SNAPSHOT_EVENT:
-            return None
-        seq = header.get("seq")
-        return seq if type(seq) is int and seq > 0 else None
 
     def _note_ambiguity(self, record: Record) -> None:
         """SnerdMQ writes no error on the line that dead-letters a task with
