@@ -493,18 +493,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--overlap", action="store_true",
                         help="the work after a write run while its sync runs, or after")
     args = parser.parse_args(argv)
-    if args.overlap:
-        overlap(args.dir, args.rounds)
-        return
-    if args.after:
-        after(args.dir, args.rounds)
-        return
-    if args.gaps:
-        gaps(args.dir, args.rounds)
-        return
-    if args.syncs:
-        sync_ways(args.dir, args.rounds)
-        return
+    modes = {"overlap": overlap, "after": after, "gaps": gaps, "syncs": sync_ways}
+    for name, run in modes.items():
+        if getattr(args, name):
+            run(args.dir, args.rounds)
+            return
     n = args.tasks
     os.environ["PYTHONPATH"] = str(REPO)
     figures: dict[str, dict[str, list[float]]] = {p: {} for p in PLACEMENTS}

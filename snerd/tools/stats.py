@@ -35,8 +35,8 @@ class Snapshot:
     now: float
     limits: dict[str, int] = field(default_factory=dict)  # each rate group's last
     # maxPerMinute in the live log
-    history: bool = False  # whether history older than the live log may be stored
-    # (archives, or a PostgreSQL queue's)
+    history: bool = False  # whether the older history is to be read: it may be stored
+    # (archives, or a PostgreSQL queue's) and a rate group's limit must come from it
 
 
 def load(storage: Path | str, progress: LateProgress | None = None) -> Snapshot:
@@ -61,7 +61,8 @@ def load(storage: Path | str, progress: LateProgress | None = None) -> Snapshot:
     items = records() if progress is None else progress.wrap(records())
     limits: dict[str, int] = {}
     state = bulk_fold(_noting_limits(items, limits))
-    history = is_url(str(storage)) or bool(resolve(storage).archive_files())
+    stored = is_url(str(storage)) or bool(resolve(storage).archive_files())
+    history = stored and bool(unknown_limits(state, limits))
     return Snapshot(storage, state, skipped, time.time(), limits, history)
 
 
@@ -80,7 +81,7 @@ def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, A
     for entry in state.dlq.values():
         by_type.setdefault(entry.task.type, Counter())[DEAD_LETTERED] += 1
     limits = snap.limits
-    if snap.history and unknown_limits(state, limits):
+    if snap.history:
         limits = {}  # each group's last limit in the whole history, the live log's last
         records = (r for r in open_history(snap.storage) if not isinstance(r, SkippedLine))
         for _ in _noting_limits(records if progress is None else progress.wrap(records),
@@ -136,7 +137,7 @@ def gather(storage: Path | str, console: Console, *,
                             console, clock=clock, after=after, every=every)  # fmt: skip
     try:
         snap = load(storage, progress)
-        if snap.history and unknown_limits(snap.state, snap.limits):
+        if snap.history:
             live = progress.done
             progress.grow(lambda: live + count_lines(history_files(where)))
         return collect(snap, progress)
