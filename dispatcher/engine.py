@@ -517,7 +517,7 @@ class Engine:
                             or len(decision.records) != 1
                             or decision.records[0].get(ev.F_EVENT) != ev.SUCCEEDED):  # fmt: skip
                 return []
-        found = self.dispatcher.claim_enqueued(self.state, enqueued.records[0], now)
+        found = self.dispatcher.claim_enqueued(self.state, enqueued, now)
         if found is None:
             return []
         records, run.claimed = found
