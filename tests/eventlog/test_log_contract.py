@@ -142,6 +142,21 @@ async def test_plain_appends_in_one_batch_keep_their_order_and_their_failures(
     assert fresh.records == rec.records
 
 
+async def test_an_append_cancelled_before_its_batch_is_not_written(open_log: OpenLog) -> None:
+    """Concurrent appends of a record each make one unit of a batch; one whose caller
+    gave up before the batch ran is left out of it (and only that one)."""
+    log, rec = await open_log()
+    appends = [asyncio.ensure_future(log.append(recs(str(i)))) for i in range(8)]
+    await asyncio.sleep(0)  # every append submitted; the writer not started yet
+    appends[5].cancel()
+    results = await asyncio.gather(*appends, return_exceptions=True)
+    assert isinstance(results[5], asyncio.CancelledError)
+    assert [r["k"] for r in rec.records] == ["0", "1", "2", "3", "4", "6", "7"]
+    assert [r["seq"] for r in rec.records] == list(range(1, 8))
+    _, fresh = await open_log()
+    assert fresh.records == rec.records
+
+
 async def test_catch_up_delivers_the_other_instances_appends(open_log: OpenLog) -> None:
     a, rec_a = await open_log(follow=False)
     b, rec_b = await open_log(follow=False)
