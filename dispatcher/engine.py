@@ -43,9 +43,10 @@ from snerd.projections.commands import (
 )
 from snerd.projections.decide import decide, decide_run, owns
 from snerd.projections.delta import Delta
-from snerd.projections.events import Event, decode
+from snerd.projections.events import Event, decode, use_built
 from snerd.projections.replay import BulkFolder
 from snerd.projections.state import QueueState, empty, fold_events
+from snerd.projections.task import Task
 
 EnqueueOutcome = cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None
 """What an enqueue came to: None (acked), the parents it will not wait for (acked), a
@@ -144,6 +145,7 @@ class Engine:
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
         self._claims_queued = 0  # claims behind requests, submitted, not decided yet
         self._run: _Run | None = None  # enqueues and successes, one request
+        self._built: dict[str, tuple[Record, Task]] = {}  # task id -> (record, its task)
         self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
@@ -160,6 +162,9 @@ class Engine:
             self._bulk.feed(records)
             return
         events = [decode(record) for record in records]  # decoded once, for every reader
+        if self._built:  # the tasks our own enqueues built, for their records
+            built, self._built = self._built, {}
+            use_built(events, built)
         self.state, delta = fold_events(self.state, events)
         self.changed.set()
         for metric, _ in delta.counted:
@@ -541,6 +546,9 @@ class Engine:
                 new.started = True
                 now = self.clock.now()
                 decisions = decide_run(self.state, new.commands, now=now, daemon=self.daemon)
+                for d in decisions:
+                    if d.task is not None:  # heard back by on_records, not read again
+                        self._built[d.task.id] = (d.records[0], d.task)
                 if new.claiming:
                     claims = self._claim_last(new, decisions, now)
                     records = [r for d in decisions for r in d.records]

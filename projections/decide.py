@@ -38,13 +38,7 @@ from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState, advance, fold
-from snerd.projections.task import (
-    Task,
-    build,
-    logged_instant,
-    task_to_record,
-    with_,
-)
+from snerd.projections.task import Task, build, task_from_record, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -150,15 +144,21 @@ def _enqueue(state: QueueState, cmd: Enqueue, *, now: float, daemon: str) -> Dec
         auto_dedupe=cmd.auto_dedupe,
         fingerprint=digest,
         parents=cmd.trigger_after_ids,
-        created_at=logged_instant(now),
+        created_at=now,
     )
     unknown = tuple(dict.fromkeys(
         p for p in cmd.trigger_after_ids if not has(state.tasks, p) and not has(state.dlq, p)
     )) if cmd.trigger_after_ids else ()  # fmt: skip
     if not unknown:
-        return Decision([full_state(ev.ENQUEUED, task, now, daemon)], None, task)
+        return _enqueued(full_state(ev.ENQUEUED, task, now, daemon), None)
     task = replace(task, extra=pmap({ev.F_UNKNOWN_PARENTS: list(unknown)}))
-    return Decision([full_state(ev.ENQUEUED, task, now, daemon)], UnknownParents(unknown), task)
+    return _enqueued(full_state(ev.ENQUEUED, task, now, daemon), UnknownParents(unknown))
+
+
+def _enqueued(record: Record, outcome: UnknownParents | None) -> Decision:
+    # The task read from the record, not the one built for it: the same but where the
+    # line cannot say what was given (an instant before 1970, a sub-millisecond).
+    return Decision([record], outcome, task_from_record(record))
 
 
 def _cycle(state: QueueState, task_id: str, parents: tuple[str, ...]) -> str | None:
@@ -379,7 +379,8 @@ class Decision:
     records: list[Record] = field(default_factory=list)
     outcome: Any = None
     task: Task | None = None
-    """An enqueue's: the task its one record adds, as the fold reads it (``order`` 0)."""
+    """An enqueue's: the task its one record adds, read from it as the fold reads it
+    (``order`` 0), for the claim told with it and the fold of the log's copy."""
 
     @property
     def events(self) -> tuple[Event, ...]:

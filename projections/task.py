@@ -34,13 +34,6 @@ _parse_cached = functools.lru_cache(maxsize=4096)(parse_instant)
 _format_cached = functools.lru_cache(maxsize=4096)(format_instant)
 
 
-def logged_instant(ts: float) -> float:
-    """The instant a full-state line that writes ``ts`` reads back as (its text holds
-    milliseconds): a task built at ``ts`` with this as its creation equals the task the
-    fold reads from the line (:func:`task_from_record`)."""
-    return _parse_cached(_format_cached(ts))
-
-
 class Claim(NamedTuple):
     """Who runs the current attempt, since when, and until when the lease holds.
     (A NamedTuple: every claim a replay folds builds one.)"""

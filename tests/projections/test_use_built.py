@@ -1,0 +1,54 @@
+"""The engine hands the fold the task its own enqueue read from its record
+(``events.use_built``): the fold's result is the same as reading the log's copy again,
+and a record that differs from the one the task was read from keeps being read."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snerd.projections import events as ev
+from snerd.projections.commands import Enqueue
+from snerd.projections.decide import decide
+from snerd.projections.state import empty, fold_events
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import loggen
+from hypothesis_budget import examples
+from test_claim_enqueued import enqueues, instants
+
+
+@settings(max_examples=examples(300))
+@given(loggen.valid_logs, enqueues, instants)
+def test_the_fold_with_the_built_task_is_the_fold_of_the_record(
+    log: list[Any], cmd: Enqueue, now: float
+) -> None:
+    state = fold_events(empty(), [ev.decode(r) for r in log])[0]
+    decision = decide(state, cmd, now=now, daemon="d")
+    if decision.task is None:
+        return
+    stamped = {**decision.records[0], ev.F_SEQ: state.last_seq + 1}
+    read = [ev.decode(stamped)]
+    given_ = list(read)
+    ev.use_built(given_, {cmd.task_id: (decision.records[0], decision.task)})
+    assert type(given_[0]) is ev.Enqueued and given_[0].built is decision.task
+    assert fold_events(state, given_)[0] == fold_events(state, read)[0]
+
+
+@given(st.sampled_from((ev.F_TASK_DATA, ev.F_URGENCY, ev.F_MAX_RETRIES, ev.F_EXECUTE_AT)))
+def test_a_record_unlike_the_one_the_task_was_read_from_is_read_again(field: str) -> None:
+    decision = decide(empty(), Enqueue("t", loggen.TYPES[0], task_data="{}"), now=loggen.T0,
+                      daemon="d")  # fmt: skip
+    assert decision.task is not None
+    other = {**decision.records[0], field: {ev.F_TASK_DATA: '{"n":2}', ev.F_URGENCY: 7.0,
+                                            ev.F_MAX_RETRIES: 9,
+                                            ev.F_EXECUTE_AT: "2030-01-01T00:00:00.000Z"}[field],
+             ev.F_SEQ: 1}  # fmt: skip
+    events = [ev.decode(other)]
+    ev.use_built(events, {"t": (decision.records[0], decision.task)})
+    assert type(events[0]) is ev.Enqueued and events[0].built is None
+    assert events[0].task(1) != decision.task
