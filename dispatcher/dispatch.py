@@ -181,9 +181,9 @@ class Dispatcher:
         return decision.records, claimed
 
     def claim_enqueued(
-        self, state: QueueState, enqueued: Decision, now: float
+        self, state: QueueState, enqueued: Record, now: float
     ) -> tuple[list[Record], Claimed] | None:  # fmt: skip
-        """:meth:`claim_under_lock` for the task the enqueue ``enqueued`` adds, decided
+        """:meth:`claim_under_lock` for the task the record ``enqueued`` adds, decided
         against ``state`` (the caught-up state without it: one fold for both, the
         engine's awaited enqueue): the same claim, told without a plan
         (:func:`~snerd.projections.decide.claim_enqueued`). None when only a plan after

@@ -145,7 +145,7 @@ class Engine:
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
         self._claims_queued = 0  # claims behind requests, submitted, not decided yet
         self._run: _Run | None = None  # enqueues and successes, one request
-        self._built: dict[str, tuple[Record, Task]] = {}  # task id -> (record, its task)
+        self._built: dict[str, tuple[Record, Task]] = {}  # id -> (our record, its task)
         self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
         self.changed = asyncio.Event()  # set on every state change; waiters clear it
@@ -162,7 +162,7 @@ class Engine:
             self._bulk.feed(records)
             return
         events = [decode(record) for record in records]  # decoded once, for every reader
-        if self._built:  # the tasks our own enqueues built, for their records
+        if self._built:  # tasks read from our own records already (a claim told with them)
             built, self._built = self._built, {}
             use_built(events, built)
         self.state, delta = fold_events(self.state, events)
@@ -522,10 +522,13 @@ class Engine:
                             or len(decision.records) != 1
                             or decision.records[0].get(ev.F_EVENT) != ev.SUCCEEDED):  # fmt: skip
                 return []
-        found = self.dispatcher.claim_enqueued(self.state, enqueued, now)
+        record = enqueued.records[0]
+        found = self.dispatcher.claim_enqueued(self.state, record, now)
         if found is None:
             return []
         records, run.claimed = found
+        task = run.claimed[0][0]  # read from ``record``: the fold takes it (on_records)
+        self._built[task.id] = (record, task)
         return records
 
     def _joined(
@@ -546,9 +549,6 @@ class Engine:
                 new.started = True
                 now = self.clock.now()
                 decisions = decide_run(self.state, new.commands, now=now, daemon=self.daemon)
-                for d in decisions:
-                    if d.task is not None:  # heard back by on_records, not read again
-                        self._built[d.task.id] = (d.records[0], d.task)
                 if new.claiming:
                     claims = self._claim_last(new, decisions, now)
                     records = [r for d in decisions for r in d.records]

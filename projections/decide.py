@@ -101,27 +101,21 @@ def enqueue(
 ) -> tuple[list[Record], Refusal | Deduplicated | UnknownParents | None]:
     """The enqueued event, or a refusal (live id) or a dedupe verdict; the parents it
     will not wait for, when some are unknown."""
-    decision = _enqueue(state, cmd, now=now, daemon=daemon)
-    return decision.records, decision.outcome
-
-
-def _enqueue(state: QueueState, cmd: Enqueue, *, now: float, daemon: str) -> Decision:
-    """:func:`enqueue`'s, with the task the event adds (:attr:`Decision.task`)."""
     if has(state.tasks, cmd.task_id) or has(state.dlq, cmd.task_id):
         where = "in the dead-letter queue" if cmd.task_id in state.dlq else "live"
         message = f"task {cmd.task_id!r} already exists ({where})"
-        return Decision([], Refusal("duplicate_task", message, "task_id"))
+        return [], Refusal("duplicate_task", message, "task_id")
     cycle = _cycle(state, cmd.task_id, cmd.trigger_after_ids)
     if cycle:
         message = f"trigger_after_ids would create a cycle via {cycle!r}"
-        return Decision([], Refusal("invalid_field", message, "trigger_after_ids"))
+        return [], Refusal("invalid_field", message, "trigger_after_ids")
     digest = fingerprint(cmd.task_type, cmd.task_data) if cmd.auto_dedupe else None
     holders = state.fingerprints.get(digest) if digest else None
     if holders:
         holder = min(holders)
         dropped = _event(ev.DEDUPLICATED, now, daemon, **{
             ev.F_TASK: cmd.task_id, ev.F_TYPE: cmd.task_type, ev.F_DUPLICATE_OF: holder})
-        return Decision([dropped], Deduplicated(holder))
+        return [dropped], Deduplicated(holder)
     execute_at = cmd.execute_at
     if cmd.cron and execute_at is None:
         execute_at = next_fire(parse_cron(cmd.cron), now)
@@ -150,15 +144,9 @@ def _enqueue(state: QueueState, cmd: Enqueue, *, now: float, daemon: str) -> Dec
         p for p in cmd.trigger_after_ids if not has(state.tasks, p) and not has(state.dlq, p)
     )) if cmd.trigger_after_ids else ()  # fmt: skip
     if not unknown:
-        return _enqueued(full_state(ev.ENQUEUED, task, now, daemon), None)
+        return [full_state(ev.ENQUEUED, task, now, daemon)], None
     task = replace(task, extra=pmap({ev.F_UNKNOWN_PARENTS: list(unknown)}))
-    return _enqueued(full_state(ev.ENQUEUED, task, now, daemon), UnknownParents(unknown))
-
-
-def _enqueued(record: Record, outcome: UnknownParents | None) -> Decision:
-    # The task read from the record, not the one built for it: the same but where the
-    # line cannot say what was given (an instant before 1970, a sub-millisecond).
-    return Decision([record], outcome, task_from_record(record))
+    return [full_state(ev.ENQUEUED, task, now, daemon)], UnknownParents(unknown)
 
 
 def _cycle(state: QueueState, task_id: str, parents: tuple[str, ...]) -> str | None:
@@ -378,9 +366,6 @@ class Decision:
 
     records: list[Record] = field(default_factory=list)
     outcome: Any = None
-    task: Task | None = None
-    """An enqueue's: the task its one record adds, read from it as the fold reads it
-    (``order`` 0), for the claim told with it and the fold of the log's copy."""
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -403,10 +388,11 @@ def decide(state: QueueState, command: Command, *, now: float, daemon: str) -> D
     """The events ``command`` appends to a log whose state is ``state``, or why none."""
     if isinstance(command, Enqueue):
         try:
-            return _enqueue(state, command, now=now, daemon=daemon)
+            records, outcome = enqueue(state, command, now=now, daemon=daemon)
         except EventError as exc:  # e.g. a cron with no fire time after now
             field = "cron" if command.cron else None
             return Decision([], Refusal("invalid_field", str(exc), field))
+        return _decided(records, outcome)
     if isinstance(command, Finish):
         return _finish(state, command, now=now, daemon=daemon)
     if isinstance(command, ReportProgress):
@@ -511,12 +497,11 @@ def _claim(state: QueueState, command: Claim, *, now: float, daemon: str) -> Dec
 
 
 def claim_enqueued(
-    state: QueueState, enqueued: Decision, command: Claim, *, now: float, daemon: str,
+    state: QueueState, enqueued: Record, command: Claim, *, now: float, daemon: str,
     eligible: Callable[[Task], bool],
 ) -> Decision | None:  # fmt: skip
     """The claim that a plan with a free slot makes, at ``now``, of the task that
-    ``enqueued`` (an enqueue's decision against ``state``: its :attr:`Decision.task`,
-    so the record is not read again) adds, told without
+    ``enqueued`` (one enqueue's record, decided against ``state``) adds, told without
     folding it in first: what :func:`~snerd.projections.plan.plan` and
     :func:`planned_claims` make against ``fold(state, [enqueued])``, with
     ``command``'s lease and grace. That holds when the new task is the one thing in
@@ -528,9 +513,9 @@ def claim_enqueued(
     lane. None when only the fold can tell (then plan after it); a decision with no
     claim when ``eligible`` refuses the task. (The engine's enqueue, in-process or the
     daemon's, when a worker is free: one fold for the enqueue and its claim.)"""
-    task = enqueued.task
-    if task is None or not idle(state, now, eligible):
+    if enqueued.get(ev.F_EVENT) != ev.ENQUEUED or not idle(state, now, eligible):
         return None
+    task = task_from_record(enqueued)
     if task.parents or task.rate_group or task.not_before is not None:
         return None
     if state.lanes and task.lane in state.lanes:  # behind a head the plan passes over

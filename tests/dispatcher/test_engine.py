@@ -985,3 +985,32 @@ async def test_a_drain_the_storage_refuses_still_stops_and_lets_its_liveness_go(
     assert not engine.runs
     assert harness.liveness is not None and not harness.liveness.is_alive(engine.daemon)
     gate.set()
+
+
+async def test_a_task_claimed_with_its_enqueue_is_read_from_its_record_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim told with an enqueue (``decide.claim_enqueued``) reads the task from the
+    enqueue's record; the fold of the log's copy takes that task (``events.use_built``)
+    rather than reading the record a second time."""
+    from snerd.projections import decide
+
+    engine = await harness.engine({"t": _noop})
+    await settle(engine, lambda: True)
+    heard: list[Any] = []
+    engine.observers.append(
+        lambda events, _: heard.extend(e for e in events if type(e) is ev.Enqueued)
+    )
+    reads: Counter[str] = Counter()
+    for module in (decide, ev):
+        real = module.task_from_record
+
+        def counting(record: Any, *args: Any, real: Any = real, **kwargs: Any) -> Any:
+            reads[record.get(ev.F_TASK_ID)] += 1
+            return real(record, *args, **kwargs)
+
+        monkeypatch.setattr(module, "task_from_record", counting)
+    await _one_at_a_time(engine, harness, 10)
+    assert [e.task_id for e in heard] == [f"i{i}" for i in range(10)]
+    assert all(e.built is not None for e in heard)
+    assert reads == Counter({f"i{i}": 1 for i in range(10)})

@@ -20,7 +20,7 @@ from snerd.projections.commands import Claim, Enqueue
 from snerd.projections.decide import claim_enqueued, decide, planned_claims
 from snerd.projections.plan import plan
 from snerd.projections.state import QueueState, empty, fold
-from snerd.projections.task import Task, task_from_record
+from snerd.projections.task import Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loggen
@@ -73,7 +73,7 @@ def _agree(state: QueueState, cmd: Enqueue, now: float, refused: set[str]) -> No
         event("not one record (refused, deduplicated)")
         return
     enqueued = {**decision.records[0], ev.F_SEQ: state.last_seq + 1}
-    fused = claim_enqueued(state, decision, CLAIM, now=now, daemon="d",
+    fused = claim_enqueued(state, enqueued, CLAIM, now=now, daemon="d",
                            eligible=_eligible(refused))  # fmt: skip
     if fused is None:
         event("only the fold can tell")
@@ -104,9 +104,8 @@ def test_an_idle_queue_is_told_without_the_fold() -> None:
     """The case it is for: nothing else ready, a plain task, a free slot."""
     state, _ = fold(empty(), [])
     cmd = Enqueue("t", loggen.TYPES[0], task_data="{}")
-    decision = decide(state, cmd, now=loggen.T0, daemon="d")
-    enqueued = decision.records[0]
-    fused = claim_enqueued(state, decision, CLAIM, now=loggen.T0, daemon="d",
+    enqueued = decide(state, cmd, now=loggen.T0, daemon="d").records[0]
+    fused = claim_enqueued(state, enqueued, CLAIM, now=loggen.T0, daemon="d",
                            eligible=lambda task: True)  # fmt: skip
     assert fused is not None
     assert [(task.id, attempt) for task, attempt in fused.outcome] == [("t", 1)]
@@ -120,9 +119,8 @@ def test_a_ready_task_waiting_already_leaves_it_to_the_plan() -> None:
     first = decide(state, Enqueue("old", loggen.TYPES[0], urgency_score=9.0), now=now,
                    daemon="d").records  # fmt: skip
     state, _ = fold(state, [{**first[0], ev.F_SEQ: 1}])
-    decision = decide(state, Enqueue("new", loggen.TYPES[0]), now=now, daemon="d")
-    enqueued = decision.records[0]
-    assert claim_enqueued(state, decision, CLAIM, now=now, daemon="d",
+    enqueued = decide(state, Enqueue("new", loggen.TYPES[0]), now=now, daemon="d").records[0]
+    assert claim_enqueued(state, enqueued, CLAIM, now=now, daemon="d",
                           eligible=lambda task: True) is None  # fmt: skip
     assert _slow(state, enqueued, now, set())[1] == [("old", 1)]
 
@@ -160,9 +158,9 @@ def test_a_ready_task_no_executor_here_takes_leaves_the_claim_told() -> None:
     other, mine = loggen.TYPES
     state = _waiting("elsewhere", other)
     eligible = _eligible({other})
-    decision = decide(state, Enqueue("t", mine), now=loggen.T0, daemon="d")
-    enqueued = {**decision.records[0], ev.F_SEQ: 2}
-    fused = claim_enqueued(state, decision, CLAIM, now=loggen.T0, daemon="d", eligible=eligible)
+    enqueued = {**decide(state, Enqueue("t", mine), now=loggen.T0, daemon="d").records[0],
+                ev.F_SEQ: 2}  # fmt: skip
+    fused = claim_enqueued(state, enqueued, CLAIM, now=loggen.T0, daemon="d", eligible=eligible)
     assert fused is not None and [(t.id, a) for t, a in fused.outcome] == [("t", 1)]
     assert fused.records == _slow(state, enqueued, loggen.T0, {other})[0]
 
@@ -173,54 +171,22 @@ def test_a_refused_task_ahead_in_the_same_lane_leaves_it_to_the_plan() -> None:
     mine = loggen.TYPES[0]
     state = _waiting("hook", mine)
     eligible = _eligible({"hook"})
-    decision = decide(state, Enqueue("t", mine), now=loggen.T0, daemon="d")
-    enqueued = {**decision.records[0], ev.F_SEQ: 2}
-    assert claim_enqueued(state, decision, CLAIM, now=loggen.T0, daemon="d",
+    enqueued = {**decide(state, Enqueue("t", mine), now=loggen.T0, daemon="d").records[0],
+                ev.F_SEQ: 2}  # fmt: skip
+    assert claim_enqueued(state, enqueued, CLAIM, now=loggen.T0, daemon="d",
                           eligible=eligible) is None  # fmt: skip
     assert _slow(state, enqueued, loggen.T0, {"hook"}) == ([], [])
 
 
-instants = st.integers(min_value=0, max_value=loggen.SPAN * 1_000_000).map(
-    lambda micros: loggen.T0 + micros / 1e6
-)
-"""Times with any microsecond in them: a record's text keeps only the milliseconds."""
-
-
-@settings(max_examples=examples(400))
-@given(loggen.valid_logs, enqueues, instants)
-def test_an_enqueue_decides_the_task_the_fold_reads(
-    log: list[Any], cmd: Enqueue, now: float
-) -> None:
-    """``Decision.task`` is what the fold reads from the enqueue's record, to the
-    millisecond its text keeps (``claim_enqueued`` takes it instead of reading the
-    record again), and None for a decision that adds no task."""
-    state = fold(empty(), log)[0]
-    decision = decide(state, cmd, now=now, daemon="d")
-    added = [r for r in decision.records if r.get(ev.F_EVENT) == ev.ENQUEUED]
-    if not added:
-        assert decision.task is None
-        return
-    assert decision.task == task_from_record({**added[0], ev.F_SEQ: state.last_seq + 1})
-
-
-@settings(max_examples=examples(200))
-@given(loggen.valid_logs, enqueues, instants, refusals)
-def test_the_claim_told_at_any_instant(
-    log: list[Any], cmd: Enqueue, now: float, refused: set[str]
-) -> None:
-    """As above, at a ``now`` between milliseconds: the claim's wait is counted from the
-    creation the record keeps, as the plan after the fold counts it."""
-    _agree(fold(empty(), log)[0], cmd, now, refused)
-
-
 def test_the_claim_told_between_milliseconds() -> None:
     """On an idle queue (the case the engine takes), at instants with sub-millisecond
-    fractions: the wait the claim records is the plan's to the millisecond."""
+    fractions: the wait the claim records is counted from the creation the record keeps
+    (milliseconds), as the plan after the fold counts it."""
     state = fold(empty(), [])[0]
     for fraction in (0.0, 0.0004, 0.0005, 0.0007, 0.0009999):
         now = loggen.T0 + fraction
-        decision = decide(state, Enqueue("t", loggen.TYPES[0]), now=now, daemon="d")
-        fused = claim_enqueued(state, decision, CLAIM, now=now, daemon="d",
+        enqueued = decide(state, Enqueue("t", loggen.TYPES[0]), now=now, daemon="d").records[0]
+        fused = claim_enqueued(state, enqueued, CLAIM, now=now, daemon="d",
                                eligible=lambda task: True)  # fmt: skip
         assert fused is not None
-        assert fused.records == _slow(state, {**decision.records[0], ev.F_SEQ: 1}, now, set())[0]
+        assert fused.records == _slow(state, {**enqueued, ev.F_SEQ: 1}, now, set())[0]
