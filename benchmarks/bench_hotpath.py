@@ -41,7 +41,9 @@ reads on every run, and its count repeats to about 0.2%. (The SDK's path is not
 counted: its lines interleave as the timing falls, and its count moves with the
 machine's load, by up to 10% here; it is left to the timed runs.) A fourth path runs the
 sequential one with a task's data the size of a real one (``big_payload``: ~4 KB, a
-list of 1,000 numbers), where work that grows with the data shows.
+list of 1,000 numbers), where work that grows with the data shows. A fifth counts (6)'s
+group commit (``bench_log``'s 32 appenders, each awaiting one append after another):
+its figure is a line appended, not a task.
 """
 
 from __future__ import annotations
@@ -426,7 +428,7 @@ def _line(label: str, value: str, goal: str, ok: bool | None) -> None:
 
 
 INSTRUCTION_PATHS = {"sequential": (200, 600), "concurrent": (1000, 3000), "daemon": (100, 400),
-                     "payload": (100, 300)}  # fmt: skip
+                     "payload": (100, 300), "appends": (3200, 9600)}  # fmt: skip
 """The paths ``--instructions`` counts, with the two task counts each runs."""
 
 INSTRUCTION_LABELS = {
@@ -434,6 +436,7 @@ INSTRUCTION_LABELS = {
     "concurrent": "embedded, concurrent enqueues",
     "daemon": "daemon, stdio client of (2)",
     "payload": "embedded, sequential, 4 KB data",
+    "appends": "(6) group commit, a line appended",
 }
 
 
@@ -443,6 +446,11 @@ def _one_path(tree: Path, what: str, n: int) -> None:
     sys.path.insert(0, str(tree))  # (nothing has imported snerd in this process yet)
     with tempfile.TemporaryDirectory(dir=str(REPO.parent), prefix="snerd-instr-") as raw_tmp:
         tmp = Path(raw_tmp)
+        if what == "appends":
+            from benchmarks.bench_log import bench_group_commit
+
+            bench_group_commit(tmp, n)
+            return
         payload = big_payload if what == "payload" else None
         asyncio.run(embedded_run(tmp / "e", n, what == "concurrent", payload=payload))
 
@@ -483,9 +491,9 @@ def _callgrind_daemon(tree: Path, n: int) -> int:
         return int(found.group(1))
 
 
-def _instructions(rev: str | None, compiled: bool) -> None:
-    """``--instructions``: per-task instructions of each path, REV's tree and this one;
-    with ``compiled``, each built as a wheel builds it (without REV: this tree
+def _instructions(rev: str | None, compiled: bool, paths: list[str]) -> None:
+    """``--instructions``: per-task instructions of each of ``paths``, REV's tree and
+    this one; with ``compiled``, each built as a wheel builds it (without REV: this tree
     interpreted, then compiled)."""
     from benchmarks import trees
 
@@ -505,7 +513,8 @@ def _instructions(rev: str | None, compiled: bool) -> None:
               "smaller, over the difference in tasks)")  # fmt: skip
         print(f"{'path':34}" + "".join(f"{name:>16}" for name, _ in names)
               + ("" if len(names) < 2 else f"{'ratio':>9}"))  # fmt: skip
-        for what, (small, large) in INSTRUCTION_PATHS.items():
+        for what in paths:
+            small, large = INSTRUCTION_PATHS[what]
             per_task = [
                 (_callgrind(tree, what, large) - _callgrind(tree, what, small)) / (large - small)
                 for _, tree in names
@@ -546,9 +555,11 @@ def main() -> None:
              "modules built with mypyc); with --instructions, count it against the "
              "interpreted tree (or against REV, compiled too)",
     )  # fmt: skip
+    parser.add_argument("--paths", nargs="+", choices=list(INSTRUCTION_PATHS),
+                        help="with --instructions: only these paths")  # fmt: skip
     args = parser.parse_args()
     if args.instructions:
-        _instructions(args.baseline, args.compiled)
+        _instructions(args.baseline, args.compiled, args.paths or list(INSTRUCTION_PATHS))
         return
     if args.baseline:
         parser.error("--baseline needs --instructions")
