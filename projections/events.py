@@ -137,8 +137,8 @@ class Enqueued(NamedTuple):
     record: Record
     compacted: bool = False
     built: Task | None = None
-    """The task ``record`` states, when its writer holds it already (the engine, its own
-    enqueue's :attr:`~snerd.projections.decide.Decision.task`): not read again."""
+    """The task ``record`` states, when its writer holds it already (the engine: the
+    task it read from its own enqueue's record to claim it): not read again."""
 
     def task(self, order: int, attempt: int = 0) -> Task:
         built = self.built
@@ -550,14 +550,17 @@ def decode(record: Record) -> Event:
 
 
 def use_built(events: list[Event], built: Mapping[str, tuple[Record, Task]]) -> None:
-    """Give each :class:`Enqueued` in ``events`` whose record holds every field of a
-    record in ``built`` (by task id; the log's copy adds its ``seq``) the task built
-    with that record, which is the task the record states: the fold then takes it
-    rather than reading the record again. In place; the fold's result is the same."""
+    """Give each :class:`Enqueued` in ``events`` whose record is a record in ``built``
+    (by task id) with at most its ``seq`` added (the log's copy) the task read from that
+    record, which is the task its copy states: the fold then takes it rather than
+    reading the record again. In place; the fold's result is the same."""
     for i, event in enumerate(events):
         if type(event) is Enqueued:
             entry = built.get(event.task_id)
-            if entry is not None and entry[0].items() <= event.record.items():
+            if entry is None:
+                continue
+            mine, copy = entry[0], event.record
+            if len(copy) <= len(mine) + 1 and mine.items() <= copy.items():
                 events[i] = _new(Enqueued, (*event[:5], entry[1]))
 
 

@@ -46,14 +46,18 @@ def test_the_fold_with_the_built_task_is_the_fold_of_the_record(
     assert fold_events(state, given_)[0] == fold_events(state, read)[0]
 
 
-@given(st.sampled_from((ev.F_TASK_DATA, ev.F_URGENCY, ev.F_MAX_RETRIES, ev.F_EXECUTE_AT)))
+@given(st.sampled_from((ev.F_TASK_DATA, ev.F_URGENCY, ev.F_MAX_RETRIES, ev.F_EXECUTE_AT,
+                        "carriedOver")))  # fmt: skip
 def test_a_record_unlike_the_one_the_task_was_read_from_is_read_again(field: str) -> None:
+    """A field changed, or one more than the ``seq`` the log adds (a field the task keeps
+    as one it does not know)."""
     record = decide(empty(), Enqueue("t", loggen.TYPES[0], task_data="{}"), now=loggen.T0,
                     daemon="d").records[0]  # fmt: skip
     task = task_from_record(record)
     other = {**record, field: {ev.F_TASK_DATA: '{"n":2}', ev.F_URGENCY: 7.0,
                                             ev.F_MAX_RETRIES: 9,
-                                            ev.F_EXECUTE_AT: "2030-01-01T00:00:00.000Z"}[field],
+                                            ev.F_EXECUTE_AT: "2030-01-01T00:00:00.000Z",
+                                            "carriedOver": True}[field],
              ev.F_SEQ: 1}  # fmt: skip
     events = [ev.decode(other)]
     ev.use_built(events, {"t": (record, task)})
