@@ -106,26 +106,36 @@ def slot_free_at(state: QueueState, task: Task, now: float) -> float | None:
     return window_slot_free_at(state.windows.get(task.rate_group, ()), task.max_per_minute, now)
 
 
+def group_limits(
+    state: QueueState, known_limits: Mapping[str, int] | None = None
+) -> dict[str, int | None]:
+    """Every rate-limit group with live tasks or recent dispatches, and its limit: the
+    least its live tasks give, else ``known_limits``' (the last limit the history gave
+    it: its tasks may all have ended while the window holds), else None."""
+    limits: dict[str, int | None] = dict.fromkeys(state.windows)
+    for task in state.tasks.values():
+        group = task.rate_group
+        if group:
+            old = limits.get(group)
+            mine = task.max_per_minute
+            limits[group] = min(old, mine) if old and mine else (old or mine or None)
+    known = known_limits or {}
+    return {group: limit or known.get(group) for group, limit in limits.items()}
+
+
 def rate_groups(
     state: QueueState, now: float, known_limits: Mapping[str, int] | None = None
 ) -> list[dict[str, Any]]:
-    """Every rate-limit group with live tasks or recent dispatches: limit and window use.
-    A group's limit comes from its live tasks, else from ``known_limits`` (the last
-    limit the history gave it: its tasks may all have ended while the window holds)."""
-    limits: dict[str, int] = {}
+    """Every rate-limit group with live tasks or recent dispatches: limit and window use
+    (the limit as :func:`group_limits` gives it)."""
     waiting: dict[str, int] = {}
     for task in state.tasks.values():
         if task.rate_group:
             waiting[task.rate_group] = waiting.get(task.rate_group, 0) + 1
-            if task.max_per_minute:
-                old = limits.get(task.rate_group)
-                limits[task.rate_group] = min(old, task.max_per_minute) if old else (
-                    task.max_per_minute)  # fmt: skip
     out = []
-    for group in sorted(set(limits) | set(waiting) | set(state.windows)):
+    for group, limit in sorted(group_limits(state, known_limits).items()):
         window = state.windows.get(group, ())
         used = sum(1 for t in window if t > now - RATE_WINDOW_SECONDS)
-        limit = limits.get(group) or (known_limits or {}).get(group)
         free_at = window_slot_free_at(window, limit, now) if limit else None
         out.append(
             {

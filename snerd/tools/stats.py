@@ -107,14 +107,9 @@ def collect(snap: Snapshot, progress: LateProgress | None = None) -> dict[str, A
 def unknown_limits(state: Any, limits: dict[str, int]) -> set[str]:
     """The rate groups :func:`rate_groups` shows whose limit neither a live task of
     theirs nor a record of the live log (``limits``) gives: only the history can."""
-    groups = set(state.windows)
-    known = set(limits)
-    for task in state.tasks.values():
-        if task.rate_group:
-            groups.add(task.rate_group)
-            if task.max_per_minute:
-                known.add(task.rate_group)
-    return groups - known
+    from snerd.projections.views.stats import group_limits
+
+    return {group for group, limit in group_limits(state, limits).items() if limit is None}
 
 
 def gather(storage: Path | str, console: Console, *,
