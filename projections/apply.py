@@ -16,7 +16,7 @@ from typing import Any
 from immutables import Map
 
 from snerd.projections import heap
-from snerd.projections.counters import CounterKey, Hist, HistKey, merged, observed
+from snerd.projections.counters import CounterKey, Hist, HistKey, Totals
 from snerd.projections.delta import Delta, DeltaBuilder
 from snerd.projections.events import (
     MAX_MS as MAX_MS,
@@ -60,9 +60,9 @@ from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane,
 class Folder(Tables):
     """Applies records to a :class:`QueueState` and collects the :class:`Delta`."""
 
-    __slots__ = ("any_doomed", "by_daemon", "counted", "counters", "delta", "dirty", "dlq",
-                 "doomed", "fingerprints", "fresh", "histograms", "lanes",
-                 "observations", "refs", "tasks", "timers", "windows")  # fmt: skip
+    __slots__ = ("any_doomed", "by_daemon", "counted", "delta", "dirty", "dlq", "doomed",
+                 "fingerprints", "fresh", "lanes", "observations", "refs", "tasks", "timers",
+                 "totals", "windows")  # fmt: skip
     # (n, last_seq and invalid are Tables' own slots: declared here again, compiled, the
     # base's copies would stay unset)
 
@@ -76,16 +76,16 @@ class Folder(Tables):
         self.fingerprints: Map[str, IdSet[str]] = state.fingerprints
         self.windows: Map[str, tuple[float, ...]] = state.windows
         self.by_daemon: Map[str, IdSet[str]] = state.by_daemon
-        self.counters: Map[CounterKey, int] = state.counters
-        self.histograms: Map[HistKey, Hist] = state.histograms
+        self.totals: Totals = state.totals
         self.n = state.n
         self.last_seq = state.last_seq
         self.invalid = state.invalid
         self.delta = DeltaBuilder()
-        # This fold's counts and histogram samples, by key, put into the persistent maps
-        # once per key at finish (a catch-up folds dozens of peers' events at once).
-        self.counted: dict[CounterKey, int] = {}
-        self.observations: dict[HistKey, list[float]] = {}
+        # This fold's tally, added to the totals at finish as one link (counters.Totals
+        # adds the links up when read): a key for each count, a (key, seconds) for each
+        # histogram sample, in the order seen.
+        self.counted: list[CounterKey] = []
+        self.observations: list[tuple[HistKey, float]] = []
         self.any_doomed = len(state.doomed) > 0  # skips the doomed set when it is empty
         self.dirty: list[Lane] = []  # lanes whose top may have gone stale in this fold
         # Keys entering each lane in this fold, merged in at finish as one sorted chain:
@@ -102,23 +102,13 @@ class Folder(Tables):
         step_all(self, events)
 
     def _settle(self) -> None:
-        """Add this fold's counts and samples to the maps (samples in the order seen, so
-        histogram sums are the same to the bit as one observation at a time)."""
-        if self.counted:
-            counters = self.counters
-            for key, n in self.counted.items():
-                counters = assoc(counters, key, get(counters, key, 0) + n)
-            self.counters = counters
-            self.counted = {}
-        if self.observations:
-            histograms = self.histograms
-            for hkey, samples in self.observations.items():
-                hist = get(histograms, hkey)
-                for seconds in samples:
-                    hist = observed(hist, seconds)
-                histograms = assoc(histograms, hkey, hist)
-            self.histograms = histograms
-            self.observations = {}
+        """Add this fold's counts and samples to the totals, as one tally (samples in
+        the order seen, so histogram sums are the same to the bit as one observation at
+        a time)."""
+        if self.counted or self.observations:
+            self.totals = self.totals.add(self.counted, self.observations)
+            self.counted = []
+            self.observations = []
 
     def finish(self) -> tuple[QueueState, Delta]:
         self._settle()
@@ -153,8 +143,7 @@ class Folder(Tables):
             fingerprints=self.fingerprints,
             windows=self.windows,
             by_daemon=self.by_daemon,
-            counters=self.counters,
-            histograms=self.histograms,
+            totals=self.totals,
             n=self.n,
             last_seq=self.last_seq,
             invalid=self.invalid,
@@ -170,23 +159,14 @@ class Folder(Tables):
     def count(self, metric: str, event: Event, entry: Entry | None) -> None:
         self.delta.counted.append((metric, event))
         key, seen = tally(metric, event, entry)
-        counted = self.counted
-        counted[key] = counted.get(key, 0) + 1
+        self.counted.append(key)
         if seen is not None:
-            samples = self.observations.get(seen[0])
-            if samples is None:
-                self.observations[seen[0]] = [seen[1]]
-            else:
-                samples.append(seen[1])
+            self.observations.append(seen)
 
     def add_totals(self, counts: Mapping[CounterKey, int],
                    histograms: Mapping[HistKey, Hist]) -> None:  # fmt: skip
         self._settle()  # what came before the totals first: the sums' order is kept
-        for key, n in counts.items():
-            self.counters = assoc(self.counters, key, get(self.counters, key, 0) + n)
-        for hkey, hist in histograms.items():
-            self.histograms = assoc(self.histograms, hkey,
-                                    merged(get(self.histograms, hkey), hist))  # fmt: skip
+        self.totals = self.totals.merged(counts, histograms)
 
     def upsert(self, event: TaskStateEvent, attempt: int) -> None:
         task_id = event.task_id

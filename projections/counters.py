@@ -13,18 +13,25 @@ A compaction writes both back as one ``counters`` record at the head of the snap
 (:func:`counters_record`), and the snapshot's own restatements (``compacted`` lines)
 count nothing, so the totals of a compacted log equal those of the whole history:
 compaction, restarts and pruned archives never move them backwards.
+
+The state holds them as :class:`Totals`: the sums of a base and of the tallies of the
+folds since, added up when first read (a fold that wrote a new map entry for each
+counter and a new histogram for each observation cost the engine 4% of a task).
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections import Counter as PyCounter
 from collections.abc import Iterable, Mapping
 from functools import reduce
-from itertools import repeat
+from itertools import chain, groupby, repeat
 from math import isnan
-from operator import add
+from operator import add, itemgetter
 from typing import Any, Final, TypeAlias
+
+from immutables import Map
 
 from snerd.projections.fields import COUNTERS, F_COUNTS, F_EVENT, F_HISTOGRAMS
 
@@ -102,6 +109,133 @@ class Tally:
 
     def frozen(self) -> Hist:
         return tuple(self.counts), self.total
+
+
+COLLAPSE: Final = 64
+"""Folds whose tallies a :class:`Totals` chain holds at most before it adds them up."""
+
+
+class Totals:
+    """The counters and histograms by task type (``QueueState.counters`` and
+    ``.histograms``): a base's sums plus the tallies of the folds made since, added up
+    when first read.
+
+    A fold adds its tally (the counts and the observations it collected, by key) as one
+    more link, without touching the maps; :meth:`sums` adds the links to the nearest
+    sums known, oldest first (so each histogram's sum is the same to the bit as one
+    observation at a time), and keeps the result. Every :data:`COLLAPSE` links the chain
+    is added up into a new base, whether or not anyone read it, so it stays short and
+    holds no old tally for long. Immutable to every reader: the sums a link keeps once
+    made are a function of the links before it, which never change."""
+
+    __slots__ = ("_counted", "_depth", "_observed", "_parent", "_sums")
+
+    def __init__(
+        self,
+        parent: Totals | None,
+        counted: list[CounterKey],
+        observed: list[tuple[HistKey, float]],
+        depth: int,
+        sums: tuple[Map[CounterKey, int], Map[HistKey, Hist]] | None,
+    ) -> None:
+        self._parent = parent
+        self._counted = counted
+        self._observed = observed
+        self._depth = depth
+        self._sums = sums
+
+    @staticmethod
+    def of(counters: Map[CounterKey, int], histograms: Map[HistKey, Hist]) -> Totals:
+        """Totals that are these sums."""
+        return Totals(None, [], [], 0, (counters, histograms))
+
+    def add(self, counted: list[CounterKey], observed: list[tuple[HistKey, float]]) -> Totals:
+        """These totals with a fold's tally after them: a key for each count, a (key,
+        seconds) for each histogram sample, in the order seen (the lists are kept: the
+        caller gives them up)."""
+        link = Totals(self, counted, observed, self._depth + 1, None)
+        if link._depth < COLLAPSE:
+            return link
+        counters, histograms = link.sums()
+        return Totals.of(counters, histograms)
+
+    @property
+    def counters(self) -> Map[CounterKey, int]:
+        return self.sums()[0]
+
+    @property
+    def histograms(self) -> Map[HistKey, Hist]:
+        return self.sums()[1]
+
+    def sums(self) -> tuple[Map[CounterKey, int], Map[HistKey, Hist]]:
+        """(counters, histograms): the base's with every tally since added."""
+        sums = self._sums
+        if sums is not None:
+            return sums
+        links: list[Totals] = []
+        node: Totals | None = self
+        while node is not None and node._sums is None:
+            links.append(node)
+            node = node._parent
+        assert node is not None and node._sums is not None  # a chain starts at a base
+        counters, histograms = node._sums
+        links.reverse()  # oldest first
+        counts = PyCounter(chain.from_iterable(link._counted for link in links))
+        if counts:
+            with counters.mutate() as changing:
+                for key, n in counts.items():
+                    changing[key] = changing.get(key, 0) + n
+                counters = changing.finish()
+        # each key's samples in the order seen (a stable sort by key keeps it)
+        samples = sorted(chain.from_iterable(link._observed for link in links), key=_first)
+        if samples:
+            with histograms.mutate() as changing_h:
+                for hkey, group in groupby(samples, _first):
+                    tally = Tally()
+                    hist = changing_h.get(hkey)
+                    if hist is not None:
+                        tally.add(hist)
+                    tally.observe_all(list(map(_second, group)))
+                    changing_h[hkey] = tally.frozen()
+                histograms = changing_h.finish()
+        sums = self._sums = (counters, histograms)
+        return sums
+
+    def merged(self, counts: Mapping[CounterKey, int],
+               histograms: Mapping[HistKey, Hist]) -> Totals:  # fmt: skip
+        """These totals with whole totals added (a ``counters`` record's)."""
+        mine, hists = self.sums()
+        with mine.mutate() as changing:
+            for key, n in counts.items():
+                changing[key] = changing.get(key, 0) + n
+            mine = changing.finish()
+        with hists.mutate() as changing_h:
+            for hkey, hist in histograms.items():
+                changing_h[hkey] = merged(changing_h.get(hkey), hist)
+            hists = changing_h.finish()
+        return Totals.of(mine, hists)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Totals):
+            return NotImplemented
+        return self is other or self.sums() == other.sums()
+
+    def __hash__(self) -> int:
+        return hash(self.sums())
+
+    def __repr__(self) -> str:
+        counters, histograms = self.sums()
+        return f"Totals(counters={dict(counters)!r}, histograms={dict(histograms)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Totals.of, self.sums()
+
+
+_first = itemgetter(0)
+_second = itemgetter(1)
+
+NO_TOTALS: Final = Totals.of(Map(), Map())
+"""The totals of an empty log."""
 
 
 def merged(a: Hist | None, b: Hist) -> Hist:

@@ -19,7 +19,8 @@ Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
 - ``windows``: rate group -> claim times within 60 s of the group's latest claim.
 - ``by_daemon``: daemon id -> ids of the tasks it has claimed.
 - ``counters``, ``histograms``: totals by task type since the log began
-  (:mod:`snerd.projections.counters`), restated by compaction.
+  (:mod:`snerd.projections.counters`), restated by compaction; kept in ``totals``, a
+  chain of the folds' tallies summed when first read (``counters.Totals``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 from immutables import Map
 
 from snerd.projections import heap
-from snerd.projections.counters import CounterKey, Hist, HistKey
+from snerd.projections.counters import NO_TOTALS, CounterKey, Hist, HistKey, Totals
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
 from snerd.projections.events import Record, decode
 from snerd.projections.pmaps import IdSet, assoc, get, id_set
@@ -64,11 +65,20 @@ class QueueState:
     fingerprints: Map[str, IdSet[str]] = field(default_factory=Map)
     windows: Map[str, tuple[float, ...]] = field(default_factory=Map)
     by_daemon: Map[str, IdSet[str]] = field(default_factory=Map)
-    counters: Map[CounterKey, int] = field(default_factory=Map)
-    histograms: Map[HistKey, Hist] = field(default_factory=Map)
+    totals: Totals = NO_TOTALS  # the counters and histograms, summed when read
     n: int = 0  # records folded: the source of FIFO order
     last_seq: int = 0
     invalid: int = 0  # records the fold could not use (reported, never fatal)
+
+    @property
+    def counters(self) -> Map[CounterKey, int]:
+        """Counts by (metric, task type) since the log began."""
+        return self.totals.counters
+
+    @property
+    def histograms(self) -> Map[HistKey, Hist]:
+        """Latency and run-time histograms by (name, task type) since the log began."""
+        return self.totals.histograms
 
 
 _, build_state = fast_init(QueueState)
@@ -209,8 +219,7 @@ def from_tables(
         fingerprints=Map({k: id_set(v) for k, v in fingerprints.items()}),
         windows=Map({g: tuple(sorted(t)) for g, t in windows.items() if t}),
         by_daemon=Map({k: id_set(v) for k, v in by_daemon.items()}),
-        counters=Map(counters or {}),
-        histograms=Map(histograms or {}),
+        totals=Totals.of(Map(counters or {}), Map(histograms or {})),
         n=n,
         last_seq=last_seq,
         invalid=invalid,
