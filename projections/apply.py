@@ -116,8 +116,13 @@ class Folder(Tables):
         if self.fresh:
             lanes = self.lanes
             for lane, keys in self.fresh.items():
-                keys.sort()  # (sorted already, as a rule: a fold's orders rise)
-                lanes = assoc(lanes, lane, heap.merge(get(lanes, lane), heap.from_sorted(keys)))
+                # a key whose task left READY in this fold (claimed with its enqueue, as
+                # a rule) is stale already: it never enters the heap to be popped again
+                live = [key for key in keys if _current(tasks.get(key[2]), key[1], READY)]
+                if live:
+                    live.sort()  # (sorted already, as a rule: a fold's orders rise)
+                    lanes = assoc(lanes, lane,
+                                  heap.merge(get(lanes, lane), heap.from_sorted(live)))  # fmt: skip
             self.lanes = lanes
             self.fresh = {}
         if self.dirty:
@@ -330,8 +335,12 @@ def _clean(entries: heap.Heap, tasks: Mapping[str, Task], phase: str) -> heap.He
     came due stays on top until its task is claimed, then leaves with the next fold)."""
     while entries is not None:
         _, order, task_id = entries[1]
-        task = get(tasks, task_id)
-        if task is not None and task.phase == phase and task.order == order:
+        if _current(get(tasks, task_id), order, phase):
             return entries
         entries = heap.pop(entries)
     return None
+
+
+def _current(task: Task | None, order: int, phase: str) -> bool:
+    """Whether a heap entry of this order is current: its task is in ``phase`` with it."""
+    return task is not None and task.phase == phase and task.order == order

@@ -190,3 +190,25 @@ def test_the_claim_told_between_milliseconds() -> None:
                                eligible=lambda task: True)  # fmt: skip
         assert fused is not None
         assert fused.records == _slow(state, {**enqueued, ev.F_SEQ: 1}, now, set())[0]
+
+
+def test_a_task_claimed_in_its_enqueues_fold_never_enters_its_lane() -> None:
+    """The fold of an enqueue and its claim leaves no entry of the task in its lane's
+    heap, even below another ready task, where cleaning the top would never reach it:
+    stale entries would pile up there, one a task, under a lane whose top waits."""
+    from snerd.projections import decide as cmds
+    from snerd.projections import heap
+    from snerd.projections.commands import Enqueue
+    from snerd.projections.state import empty, fold
+
+    now = 1_700_000_000.0
+    state = empty()
+    waiting, _ = cmds.enqueue(state, Enqueue("a", "mail", urgency_score=9.0), now=now, daemon="d")
+    state, _ = fold(state, waiting)
+    records, _ = cmds.enqueue(state, Enqueue("b", "mail"), now=now + 1, daemon="d")
+    enqueued, _ = fold(state, records)  # b, to claim: a claim is decided from its task
+    claim = cmds.claim(enqueued.tasks["b"], now=now + 1, daemon="d", lease_seconds=60)
+    state, _ = fold(state, [*records, claim])  # both in one fold
+    assert state.tasks["b"].phase == "active"
+    lane = state.tasks["a"].lane
+    assert [key[2] for key in heap.iter_keys(state.lanes[lane])] == ["a"]
