@@ -13,12 +13,14 @@ from typing import Any, Final
 import orjson
 
 from snerd.projections.fields import REASON_MAX_RETRIES
+from snerd.projections.slots import frozen_init
 
 DEFAULT_MAX_RETRIES: Final = 3
 MAX_RESULT_BYTES: Final = 64 * 1024
 """Largest result (a handler's return value) recorded, in bytes of its JSON text."""
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Enqueue:
     """Add a task. ``task_data`` is JSON text."""
@@ -45,6 +47,7 @@ class Enqueue:
     trigger_after_ids: tuple[str, ...] = ()
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Finish:
     """The outcome of ``daemon``'s running ``attempt`` of a task."""
@@ -82,6 +85,7 @@ def check_result(value: Any) -> Any:
     return orjson.loads(text)
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class ReportProgress:
     """Progress (any JSON value) of ``daemon``'s running ``attempt`` of a task."""
@@ -91,6 +95,7 @@ class ReportProgress:
     data: Any = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Cancel:
     """Drop a waiting task (pending, scheduled or blocked); a running one is refused."""
@@ -98,6 +103,7 @@ class Cancel:
     task_id: str
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Requeue:
     """Move a dead-lettered task (by DLQ key) back to the queue, retries restored."""
@@ -105,6 +111,7 @@ class Requeue:
     key: str
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Purge:
     """Delete a dead-letter entry for good."""
@@ -112,6 +119,7 @@ class Purge:
     key: str
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """Claim the next attempt of each task (a plan's proposal, checked under the lock)."""
@@ -121,6 +129,7 @@ class Claim:
     timeout_grace: float = 1.0
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Release:
     """End claims without an outcome: ``(task_id, attempt)`` pairs, and why."""
@@ -129,6 +138,7 @@ class Release:
     reason: str
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class FailThrough:
     """Dead-letter every task still waiting on these dead-lettered parents."""

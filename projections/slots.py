@@ -19,9 +19,12 @@ Neither runs ``__post_init__``: use them only on classes without one.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from dataclasses import MISSING, fields
-from typing import Any
+from dataclasses import MISSING, fields, is_dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def fast_init(cls: type, *, twin: bool = True) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -56,13 +59,86 @@ def fast_init(cls: type, *, twin: bool = True) -> tuple[Callable[..., Any], Call
     return namespace["with_"], namespace["build"]
 
 
-def _twin_works(cls: type, twin: type, names: list[str]) -> bool:
-    """Whether an instance of ``twin`` can become one of ``cls`` with its slots intact."""
-    probe: Any = object.__new__(twin)
-    for i, name in enumerate(names):
-        setattr(probe, name, i)
+def _twin_works(cls: type, twin: type, names: list[str], *, fresh: bool = False) -> bool:
+    """Whether an instance of ``twin`` can become one of ``cls`` with its slots intact
+    (``fresh``: and an instance of ``cls`` one of ``twin`` first)."""
+    probe: Any = object.__new__(cls if fresh else twin)
     try:
+        if fresh:
+            object.__setattr__(probe, "__class__", twin)
+        for i, name in enumerate(names):
+            setattr(probe, name, i)
         probe.__class__ = cls
-    except TypeError:
+    except (TypeError, AttributeError):
         return False
     return type(probe) is cls and [getattr(probe, n) for n in names] == list(range(len(names)))
+
+
+def frozen_init(cls: type[T]) -> type[T]:
+    """Decorator (above ``@dataclass(frozen=True, slots=True)``): the class's
+    ``__init__``, with the very signature and defaults the dataclass gave it, writing
+    the fields as plain stores on a *twin* instead of through ``object.__setattr__``
+    one by one (what a frozen dataclass's ``__init__`` does: three times the cost).
+
+    The twin is the class's base plus the class's own slots, with the plain attribute
+    writes of ``object``; the instance becomes a twin for the writes and the class
+    again after them (``__class__`` assignment, as :func:`fast_init`), so the object is
+    the one the dataclass's ``__init__`` builds, frozen as before. Where the
+    interpreter refuses the class change, or the class has what this ``__init__`` does
+    not do (``__post_init__``, fields left out of ``__init__``), the class is left as
+    it is."""
+    if not is_dataclass(cls) or hasattr(cls, "__post_init__"):
+        return cls
+    own = tuple(cls.__dict__.get("__slots__", ()))
+    init_fields = [f for f in fields(cls) if f.init]
+    if len(init_fields) != len(fields(cls)) or not set(own) <= {f.name for f in init_fields}:
+        return cls
+    twin = type(f"_{cls.__name__}Fill", (cls.__base__ or object,), {
+        "__slots__": own, "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__})  # fmt: skip
+    if not _twin_works(cls, twin, [f.name for f in init_fields], fresh=True):
+        return cls
+    namespace: dict[str, Any] = {"_cls": cls, "_twin": twin, "_set": object.__setattr__,
+                                 "_factory": _FACTORY}  # fmt: skip
+    params: list[str] = []
+    body = ["    _set(self, '__class__', _twin)"]
+    starred = False
+    # the dataclass's order: the fields taken by position first, the keyword-only after
+    for f in sorted(init_fields, key=lambda f: bool(f.kw_only)):
+        if f.kw_only and not starred:
+            params.append("*")
+            starred = True
+        if f.default is not MISSING:
+            namespace[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        elif f.default_factory is not MISSING:
+            namespace[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_factory")
+            body.append(f"    if {f.name} is _factory: {f.name} = _f_{f.name}()")
+        else:
+            params.append(f.name)
+    body += [f"    self.{f.name} = {f.name}" for f in init_fields]
+    body.append("    self.__class__ = _cls")
+    source = "def __init__(self, " + ", ".join(params) + "):\n" + "\n".join(body)
+    exec(source, namespace)  # our own field names, checked by dataclasses
+    init = namespace["__init__"]
+    if _signature(init) != _signature(cls.__init__):  # (never, but then: as it was)
+        return cls
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    setattr(cls, "__init__", init)  # noqa: B010 (a class attribute, set once)
+    return cls
+
+
+def _signature(init: Callable[..., Any]) -> list[tuple[str, Any, bool]]:
+    """(name, kind, has a default) of each parameter: what callers of it can pass."""
+    return [(p.name, p.kind, p.default is not p.empty)
+            for p in inspect.signature(init).parameters.values()]  # fmt: skip
+
+
+class _Factory:
+    def __repr__(self) -> str:
+        return "<factory>"  # as the dataclass's own signature shows it
+
+
+_FACTORY: Any = _Factory()
+"""The default of a field with a ``default_factory`` in :func:`frozen_init`'s signature."""

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Final, TypeAlias
 from snerd.errors import ProtocolError
 from snerd.projections import commands as core
 from snerd.projections import options
+from snerd.projections.slots import frozen_init
 
 MAX_LINE_BYTES: Final = 1 << 20
 """Longest accepted inbound line in bytes, not counting the line terminator."""
@@ -64,6 +65,7 @@ class InvalidMessage(ProtocolError):
 # --------------------------------------------------------------------------- commands
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Register:
     """This process runs handlers for ``task_type``; the daemon may send it ``execute``."""
@@ -74,6 +76,7 @@ class Register:
     request_id: RequestId | None = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Enqueue(core.Enqueue):
     """The ``enqueue`` message: the core command plus its ``request_id``."""
@@ -82,6 +85,7 @@ class Enqueue(core.Enqueue):
     request_id: RequestId | None = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Result:
     """Outcome of the running attempt of ``task_id`` (``attempt`` pins which one)."""
@@ -99,6 +103,7 @@ class Result:
     """A success's return value (any JSON value; ours, the SDKs never send it)."""
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Progress:
     """A progress report (any JSON value) from the handler running ``task_id``."""
@@ -110,6 +115,7 @@ class Progress:
     request_id: RequestId | None = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Stats:
     """Ask for queue counters."""
@@ -119,6 +125,7 @@ class Stats:
     request_id: RequestId | None = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Cancel:
     """Drop a waiting task (pending, scheduled or blocked); a running one is refused."""
@@ -129,6 +136,7 @@ class Cancel:
     request_id: RequestId | None = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Requeue:
     """Move a dead-lettered task back to the queue with its retry count reset."""
@@ -139,6 +147,7 @@ class Requeue:
     request_id: RequestId | None = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Get:
     """Ask for one task's current state."""
