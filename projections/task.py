@@ -84,9 +84,14 @@ class Task:
 
     @property
     def not_before(self) -> float | None:
-        """The earliest time the task may run, or None for 'now'."""
-        times = [t for t in (self.execute_at, self.retry_after_time) if t is not None]
-        return max(times) if times else None
+        """The earliest time the task may run (the later of ``execute_at`` and
+        ``retry_after_time``), or None for 'now'. (Read for every task a fold places.)"""
+        execute_at, retry_at = self.execute_at, self.retry_after_time
+        if retry_at is None:
+            return execute_at
+        if execute_at is None or retry_at > execute_at:
+            return retry_at
+        return execute_at
 
     @property
     def lane(self) -> Lane:

@@ -102,3 +102,10 @@ def test_built_objects_pickle_copy_and_replace_like_the_dataclass() -> None:
     assert copy.deepcopy(built) == made
     assert dataclasses.replace(built, phase="ready") == dataclasses.replace(made, phase="ready")
     assert hash(build(id="a", type="b", order=3)) == hash(Task(id="a", type="b", order=3))
+
+
+@given(st.none() | st.floats(allow_nan=False), st.none() | st.floats(allow_nan=False))
+def test_not_before_is_the_later_of_the_two_times(execute_at: Any, retry_at: Any) -> None:
+    task = build(id="t", type="x", execute_at=execute_at, retry_after_time=retry_at)
+    times = [t for t in (execute_at, retry_at) if t is not None]
+    assert task.not_before is (max(times) if times else None)
