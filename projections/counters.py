@@ -120,13 +120,14 @@ class Totals:
     ``.histograms``): a base's sums plus the tallies of the folds made since, added up
     when first read.
 
-    A fold adds its tally (the counts and the observations it collected, by key) as one
-    more link, without touching the maps; :meth:`sums` adds the links to the nearest
-    sums known, oldest first (so each histogram's sum is the same to the bit as one
-    observation at a time), and keeps the result. Every :data:`COLLAPSE` links the chain
-    is added up into a new base, whether or not anyone read it, so it stays short and
-    holds no old tally for long. Immutable to every reader: the sums a link keeps once
-    made are a function of the links before it, which never change."""
+    A fold adds its tally (a key for each count, a key and the seconds for each
+    observation) as one more link, without touching the maps; :meth:`sums` adds the
+    links to the nearest sums known, oldest first (so each histogram's sum is the same
+    to the bit as one observation at a time), and keeps the result. Every
+    :data:`COLLAPSE` links the chain is added up into a new base, whether or not anyone
+    read it, so it stays short and holds no old tally for long. Immutable to every
+    reader: the sums a link keeps once made are a function of the links before it,
+    which never change."""
 
     __slots__ = ("_counted", "_depth", "_observed", "_parent", "_sums")
 
@@ -180,12 +181,7 @@ class Totals:
         assert node is not None and node._sums is not None  # a chain starts at a base
         counters, histograms = node._sums
         links.reverse()  # oldest first
-        counts = PyCounter(chain.from_iterable(link._counted for link in links))
-        if counts:
-            with counters.mutate() as changing:
-                for key, n in counts.items():
-                    changing[key] = changing.get(key, 0) + n
-                counters = changing.finish()
+        counters = _added(counters, PyCounter(chain.from_iterable(link._counted for link in links)))
         # each key's samples in the order seen (a stable sort by key keeps it)
         samples = sorted(chain.from_iterable(link._observed for link in links), key=_first)
         if samples:
@@ -205,10 +201,7 @@ class Totals:
                histograms: Mapping[HistKey, Hist]) -> Totals:  # fmt: skip
         """These totals with whole totals added (a ``counters`` record's)."""
         mine, hists = self.sums()
-        with mine.mutate() as changing:
-            for key, n in counts.items():
-                changing[key] = changing.get(key, 0) + n
-            mine = changing.finish()
+        mine = _added(mine, counts)
         with hists.mutate() as changing_h:
             for hkey, hist in histograms.items():
                 changing_h[hkey] = merged(changing_h.get(hkey), hist)
@@ -229,6 +222,19 @@ class Totals:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return Totals.of, self.sums()
+
+
+def _added(
+    counters: Map[CounterKey, int], counts: Mapping[CounterKey, int]
+) -> Map[CounterKey, int]:
+    """``counters`` with ``counts`` added, key by key (``counters`` itself for none)."""
+    if not counts:
+        return counters
+    with counters.mutate() as changing:
+        for key, n in counts.items():
+            changing[key] = changing.get(key, 0) + n
+        added: Map[CounterKey, int] = changing.finish()
+    return added
 
 
 _first = itemgetter(0)
