@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from snerd.dispatcher.clock import Timer, sleep
 from snerd.dispatcher.executors import Executor, Run
@@ -56,6 +56,8 @@ class Dispatcher:
         self.reserved = 0  # attempts claimed but not begun yet
         self._reserved_pools: dict[str, int] = {}  # of those, the ones in each pool
         self._executors: dict[tuple[str, str | None], Executor | None] = {}  # by (type, url)
+        # the executors whose threads can outlive an attempt (``lingering``: capacity)
+        self._threaded: list[Any] = [ex for ex in engine.executors if hasattr(ex, "lingering")]
 
     @property
     def started(self) -> bool:
@@ -256,8 +258,8 @@ class Dispatcher:
         if e.liveness_in_doubt:
             return 0  # claims made now could be released as a dead daemon's
         free = e.config.max_workers - len(e.runs) - self.reserved
-        for executor in e.executors:  # a loop: this runs several times per task
-            free -= getattr(executor, "lingering", 0)
+        for executor in self._threaded:  # (this runs several times a task)
+            free -= executor.lingering
         return free
 
     def _accepts(self, task: Task) -> bool:
