@@ -118,7 +118,7 @@ class Folder(Tables):
             for lane, keys in self.fresh.items():
                 # a key whose task left READY in this fold (claimed with its enqueue, as
                 # a rule) is stale already: it never enters the heap to be popped again
-                live = [key for key in keys if _current(tasks.get(key[2]), key[1], READY)]
+                live = [key for key in keys if _current(get(tasks, key[2]), key[1], READY)]
                 if live:
                     live.sort()  # (sorted already, as a rule: a fold's orders rise)
                     lanes = assoc(lanes, lane,

@@ -90,8 +90,9 @@ def frozen_init(cls: type[T]) -> type[T]:
     if not is_dataclass(cls) or hasattr(cls, "__post_init__"):
         return cls
     own = tuple(cls.__dict__.get("__slots__", ()))
-    init_fields = [f for f in fields(cls) if f.init]
-    if len(init_fields) != len(fields(cls)) or not set(own) <= {f.name for f in init_fields}:
+    every = fields(cls)
+    init_fields = [f for f in every if f.init]
+    if len(init_fields) != len(every) or not set(own) <= {f.name for f in init_fields}:
         return cls
     twin = type(f"_{cls.__name__}Fill", (cls.__base__ or object,), {
         "__slots__": own, "__setattr__": object.__setattr__,
