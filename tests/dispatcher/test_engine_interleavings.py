@@ -257,7 +257,9 @@ class Scenario:
         h.liveness.release(peer.daemon)
         peer.stop_claiming()
         # a dead process starts nothing: not the attempts of claims the log still writes
-        peer.dispatcher.begin_claimed = peer.dispatcher.unreserve  # type: ignore[method-assign]
+        # (with no executor left, a claim once written is let go of, its slot freed)
+        peer.executors.clear()
+        peer.dispatcher.forget_executors()
         await peer.dispatcher.stop()
         self._stop_runs(peer)
         await peer.log.close()
