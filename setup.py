@@ -56,8 +56,9 @@ GLUE = (
 )
 """The engine and its dispatcher: the glue every task passes through several times (its
 enqueue, claim, start and outcome), about a tenth of a task's instructions in the wheel
-(``benchmarks/README.md``, eighteenth session). Their classes are native: a test
-observes them through their attributes and the log, never by replacing a method."""
+(``benchmarks/README.md``, eighteenth session). Their classes are native, whose
+methods nothing can replace: the tests observe them through their attributes, their
+observers and the log (the two that must replace a method run interpreted only)."""
 
 COMPILED = PURE + GLUE
 _BUILDS = ("bdist_wheel", "build_ext", "build")
