@@ -57,8 +57,9 @@ GLUE = (
 """The engine and its dispatcher: the glue every task passes through several times (its
 enqueue, claim, start and outcome), about a tenth of a task's instructions in the wheel
 (``benchmarks/README.md``, eighteenth session). Their classes are native, whose
-methods nothing can replace: the tests observe them through their attributes, their
-observers and the log (the two that must replace a method run interpreted only)."""
+methods nothing can replace, and their calls into the pure core are direct: the tests
+observe them through their attributes, their observers and the log (those that must
+wrap a method or ``dispatch.plan`` skip in the compiled pass, saying why)."""
 
 COMPILED = PURE + GLUE
 _BUILDS = ("bdist_wheel", "build_ext", "build")

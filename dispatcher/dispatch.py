@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from snerd.dispatcher.clock import Timer, sleep
@@ -59,9 +58,6 @@ class Dispatcher:
         self._executors: dict[tuple[str, str | None], Executor | None] = {}  # by (type, url)
         # the executors whose threads can outlive an attempt (``lingering``: capacity)
         self._threaded: list[Any] = [ex for ex in engine.executors if hasattr(ex, "lingering")]
-        # the pure planner each pass asks (an attribute: a test may wrap it, where this
-        # class, compiled, has methods nothing can replace)
-        self.planner: Callable[..., Plan] = plan
 
     @property
     def started(self) -> bool:
@@ -248,7 +244,7 @@ class Dispatcher:
     def plan(self, now: float | None = None, state: QueueState | None = None) -> Plan:
         """What the pure planner proposes for this engine at ``now``."""
         e = self.engine
-        return self.planner(
+        return plan(
             e.state if state is None else state, e.clock.now() if now is None else now,
             self.capacity(), accepts=self._accepts,
             pools=e.config.pools, busy=self._busy() if e.config.pools else None,
