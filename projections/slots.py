@@ -59,6 +59,15 @@ def fast_init(cls: type, *, twin: bool = True) -> tuple[Callable[..., Any], Call
     return namespace["with_"], namespace["build"]
 
 
+def python_class(cls: type[T]) -> type[T]:
+    """Decorator: nothing at run time (``cls`` as it is). In a module a wheel build
+    compiles (``setup.py``), any decorator mypyc does not know keeps the class a Python
+    class, not a native one: :func:`fast_init`'s twin needs a class whose instances can
+    change ``__class__``, and pickle one it can rebuild. The module's functions are
+    compiled all the same."""
+    return cls
+
+
 def _twin_works(cls: type, twin: type, names: list[str], *, fresh: bool = False) -> bool:
     """Whether an instance of ``twin`` can become one of ``cls`` with its slots intact
     (``fresh``: and an instance of ``cls`` one of ``twin`` first)."""

@@ -18,7 +18,7 @@ from pyrsistent import pmap
 from snerd.errors import EventError
 from snerd.projections import fields as ev
 from snerd.projections.schedule import format_instant, parse_instant, snerdmq_cron
-from snerd.projections.slots import fast_init
+from snerd.projections.slots import fast_init, python_class
 
 # Phases of a live task inside the projection.
 READY: Final = "ready"  # runnable now: in its lane's heap
@@ -44,6 +44,7 @@ class Claim(NamedTuple):
     lease_until: float | None
 
 
+@python_class  # (built and copied by fast_init)
 @dataclass(frozen=True, slots=True)
 class Task:
     """A task's lasting state plus the projection's bookkeeping (order, phase, claim)."""
