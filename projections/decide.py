@@ -10,7 +10,7 @@ which also holds the one encoder of each event's record).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import xxhash
@@ -358,14 +358,33 @@ def purge(
 # --- the decider ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class Decision:
     """What a command decided: the records to append (the dicts the encoders built; the
     log stamps copies) and the outcome for the caller (None, a refusal, a dedupe verdict,
-    or for a claim the claimed tasks with their attempt numbers)."""
+    or for a claim the claimed tasks with their attempt numbers).
 
-    records: list[Record] = field(default_factory=list)
-    outcome: Any = None
+    A plain class with its own ``__init__``, not a frozen dataclass: a wheel build
+    compiles this module, and mypyc builds a native frozen dataclass through the
+    ``dataclasses`` module's generated ``__init__`` (interpreted, each field set with
+    ``object.__setattr__``), about 3,500 instructions a decision where this one takes a
+    few hundred; every task is decided about three times (``benchmarks/README.md``,
+    nineteenth session). Nothing sets its fields after it is built."""
+
+    __slots__ = ("outcome", "records")
+
+    def __init__(self, records: list[Record] | None = None, outcome: Any = None) -> None:
+        self.records: list[Record] = [] if records is None else records
+        self.outcome: Any = outcome
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Decision:
+            return NotImplemented
+        return self.records == other.records and self.outcome == other.outcome
+
+    __hash__ = None  # type: ignore[assignment]  # (holds a list, as the dataclass did)
+
+    def __repr__(self) -> str:
+        return f"Decision(records={self.records!r}, outcome={self.outcome!r})"
 
     @property
     def events(self) -> tuple[Event, ...]:
