@@ -21,8 +21,12 @@ cycle runs from one ack to the next, in segments:
 - the ack's write.
 
 It prints each segment's median (us) and its share of the median period, our daemon's
-CPU in its two segments, and the SDK's split. Nothing here is a goal: the probes cost
-about a microsecond a call, so the period is a little longer than in ``bench_hotpath``.
+CPU in its segments, and the SDK's split. Our CPU in the SDK's segment (the last
+task's fold after its ack, its ``execute``, its ``result``) tells who waits: as long as
+the segment, and the daemon never waited for the SDK, whose turn ran inside our work
+(the period is then our CPU a task plus the ``fsync``); shorter, and it did. Nothing
+here is a goal: the probes cost about a microsecond a call, so the period is a little
+longer than in ``bench_hotpath``.
 """
 
 from __future__ import annotations
@@ -121,6 +125,7 @@ class Cycle(NamedTuple):
     period: float  # ack to ack
     cpu_before: float  # our CPU in ``before``
     cpu_after: float  # and in ``after``
+    cpu_sdk: float  # and in ``sdk``: as long as ``sdk`` when we never wait for the SDK
     sdk_wake: float  # our ack written -> the SDK's read of it
     sdk_work: float  # the SDK's read of the ack -> its write of the next enqueue
     sdk_back: float  # that write -> our read of it
@@ -157,6 +162,7 @@ def cycles(daemon: list[Call], sdk: list[Call]) -> list[Cycle]:
             period=(last.start - first.start) / 1e3,
             cpu_before=(log_write.cpu - got.cpu_end) / 1e3,
             cpu_after=(last.cpu - sync.cpu_end) / 1e3,
+            cpu_sdk=(got.cpu - first.cpu_end) / 1e3,
             sdk_wake=(woke.start - first.end) / 1e3,
             sdk_work=(sent.start - woke.end) / 1e3,
             sdk_back=(got.start - sent.end) / 1e3,
@@ -196,7 +202,7 @@ def report(found: list[Cycle], n: int) -> None:
     print(f"{len(found)} of {n} tasks in the usual shape; median period {period:.0f} us "
           f"({1e6 / period:,.0f} tasks/s)")  # fmt: skip
     rows = [
-        ("the SDK: our ack -> our read of its next enqueue", "sdk", None),
+        ("the SDK: our ack -> our read of its next enqueue", "sdk", "cpu_sdk"),
         ("  of which: the ack reaches the SDK", "sdk_wake", None),
         ("  of which: the SDK's work (ack, execute, handler, result, enqueue)", "sdk_work", None),
         ("  of which: the enqueue reaches us", "sdk_back", None),

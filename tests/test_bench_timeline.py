@@ -36,10 +36,10 @@ def test_cycles_cut_the_period_at_the_reads_writes_and_fsync() -> None:
     daemon, sdk = [_ack(0, 0)], []
     for k in range(2):
         start = k * 600_000
-        d, s = _task(start, k * 1_000_000)
+        d, s = _task(start, k * 1_000_000 + 100_000)  # 95 us of our CPU after the ack
         daemon += d
         sdk += s
-        daemon.append(_ack(start + 600_000, k * 1_000_000 + 240_000))
+        daemon.append(_ack(start + 600_000, k * 1_000_000 + 340_000))
     found = timeline.cycles(daemon, sdk)
     assert len(found) == 2
     first = found[0]
@@ -52,6 +52,7 @@ def test_cycles_cut_the_period_at_the_reads_writes_and_fsync() -> None:
     assert first.ack == 10.0
     assert first.cpu_before == 149.0  # thread CPU from the read's end to the write's start
     assert first.cpu_after == 40.0
+    assert first.cpu_sdk == 95.0  # from the ack's end (5 us of CPU) to the read (100 us)
 
 
 def test_a_cycle_of_another_shape_is_left_out() -> None:
