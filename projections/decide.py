@@ -366,8 +366,8 @@ class Decision:
     A plain class with its own ``__init__``, not a frozen dataclass: a wheel build
     compiles this module, and mypyc builds a native frozen dataclass through the
     ``dataclasses`` module's generated ``__init__`` (interpreted, each field set with
-    ``object.__setattr__``), about 3,500 instructions a decision where this one takes a
-    few hundred; every task is decided about three times (``benchmarks/README.md``,
+    ``object.__setattr__``), about 3,500 instructions a decision where this one takes
+    about 200; every task is decided about three times (``benchmarks/README.md``,
     nineteenth session). Nothing sets its fields after it is built."""
 
     __slots__ = ("outcome", "records")
