@@ -89,10 +89,13 @@ def format_instant(ts: float) -> str:
     the whole seconds, plus the fraction rounded half-even to the microsecond, as
     timedelta rounds it."""
     _check_instant(ts, what="instant")
-    fraction, whole = math.modf(ts)
-    micros = int(whole) * 1_000_000 + round(fraction * 1e6)
-    second, rest = divmod(micros, 1_000_000)
-    return f"{_format_second(second)}{rest // 1000:03d}Z"
+    whole = int(ts)  # (toward zero, as math.modf; the fraction below is exact)
+    micros = round((ts - whole) * 1e6)  # within +-1,000,000
+    return _format_second(whole + micros // 1_000_000) + _MILLIS[micros % 1_000_000 // 1000]
+
+
+_MILLIS = tuple(f"{ms:03d}Z" for ms in range(1000))
+"""A millisecond's text and the ``Z`` after it, by the millisecond."""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -102,9 +105,12 @@ def _format_second(whole: int) -> str:
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
 
 
+_NUMBERS = (int, float)  # (not ``int | float``: a union object built at every call)
+
+
 def _check_instant(ts: float, *, what: str) -> None:
     """Raise unless ``ts`` is epoch seconds a datetime can hold (years 1 to 9999)."""
-    if isinstance(ts, bool) or not isinstance(ts, int | float):
+    if isinstance(ts, bool) or not isinstance(ts, _NUMBERS):
         raise EventError(f"{what} must be epoch seconds, got {_show(ts)}")
     if not math.isfinite(ts) or not _MIN_TS <= ts <= _MAX_TS:
         raise EventError(f"{what} out of range: {ts!r}")
