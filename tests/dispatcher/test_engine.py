@@ -278,7 +278,11 @@ class _DeadRecorder:
         return None
 
 
-COMPILED = not (engine_module.__file__ or "").endswith(".py")
+def _compiled(module: Any) -> bool:
+    return not (module.__file__ or "").endswith(".py")
+
+
+COMPILED = _compiled(engine_module)
 """Whether the engine (and its dispatcher) run compiled (setup.py's ``GLUE``)."""
 
 
@@ -1003,14 +1007,14 @@ async def test_a_drain_the_storage_refuses_still_stops_and_lets_its_liveness_go(
 
 
 async def test_a_task_claimed_with_its_enqueue_is_read_from_its_record_once(
-    harness: Harness, monkeypatch
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The claim told with an enqueue (``decide.claim_enqueued``) reads the task from the
     enqueue's record; the fold of the log's copy takes that task (``events.use_built``)
     rather than reading the record a second time."""
     from snerd.projections import decide, task
 
-    if not (task.__file__ or "").endswith(".py"):
+    if _compiled(task):
         pytest.skip("counts reads through the modules' task_from_record, which the "
                     "compiled core calls directly: runs in the README's (interpreted) suite")
     engine = await harness.engine({"t": _noop})
