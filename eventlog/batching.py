@@ -32,6 +32,7 @@ import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, TypeVar, cast
 
 from snerd.errors import LogClosedError, LogError
@@ -46,7 +47,15 @@ from snerd.eventlog.base import (
 from snerd.eventlog.chain import FIELD as CHAIN_FIELD
 from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
-from snerd.eventlog.codec import FORMAT, FORMAT_FIELD, MAX_SEQ, Decoded, encode_body, max_seq
+from snerd.eventlog.codec import (
+    FORMAT,
+    FORMAT_FIELD,
+    MAX_SEQ,
+    Decoded,
+    encode_bodies,
+    encode_body,
+    max_seq,
+)
 from snerd.eventlog.history import SNAPSHOT_EVENT
 
 T = TypeVar("T")
@@ -653,23 +662,24 @@ class BatchingLog(EventLog):
             await self._run_syncs(batch)
             return False
         done: list[tuple[_Request, Any]] = []
-        durable = staged = wrote = waiting = False
+        durable = staged = wrote = waiting = hooked = False
         self._batch_size = len(batch)
         async with self._exclusive():
-            for unit in _units(batch):
-                if waiting and self.SPLIT_FLUSH and not any(req.durable for req in unit):
+            for group, records, wants_sync, has_hook in _units(batch):
+                if waiting and self.SPLIT_FLUSH and not wants_sync:
                     await self._commit(True)
-                    self._answer(done)
+                    self._answer(done, hooked)
                     done.clear()
                     wrote, staged, durable, waiting = True, False, False, False
                 self._deliver_held()
-                s, d = self._run_appends(unit, done)
+                s, d = self._run_appends(group, records, wants_sync, done)
                 staged, durable = staged or s, durable or d
-                waiting = waiting or (d and any(req.on_durable for req in unit))
+                hooked = hooked or has_hook
+                waiting = waiting or (d and has_hook)
             durable = durable and (staged or self._unsynced)
             if staged or durable:
                 await self._commit(durable)
-            self._answer(done)  # under the lock: heard before anything another writer adds
+            self._answer(done, hooked)  # under the lock: heard before anything another writer adds
         if thens:
             for req in batch:  # every one is done by now: its ``then``, the lock let go
                 _settle(req)
@@ -688,10 +698,12 @@ class BatchingLog(EventLog):
         self.commits += 1
         self._synced(durable)
 
-    def _answer(self, done: list[tuple[_Request, Any]]) -> None:
-        """After a flush: the ``on_durable`` hooks first (the daemon's acks), then the
-        listener hears the records it carried, then the futures resolve."""
-        _call_hooks(done)
+    def _answer(self, done: list[tuple[_Request, Any]], hooked: bool) -> None:
+        """After a flush: the ``on_durable`` hooks first (the daemon's acks; ``hooked``:
+        whether any request of the batch has one), then the listener hears the records
+        it carried, then the futures resolve."""
+        if hooked:
+            _call_hooks(done)
         self._deliver_held()
         _resolve(done)
 
@@ -713,16 +725,17 @@ class BatchingLog(EventLog):
         done.append((req, result))
         return bool(lines), req.durable and (bool(lines) or req.command is None)
 
-    def _run_appends(self, group: list[_Request],
+    def _run_appends(self, group: list[_Request], records: list[Record] | None, durable: bool,
                      done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:  # fmt: skip
-        """:meth:`_run_one` for a unit of :func:`_units`: one request, or consecutive
-        plain appends stamped and delivered as one (the same records, seqs and lines;
+        """:meth:`_run_one` for a unit of :func:`_units`: one request (``records``
+        None), or consecutive plain appends (their ``records``, and whether any is
+        ``durable``) stamped and delivered as one (the same records, seqs and lines;
         one listener call); when any of them cannot be encoded, each on its own, so
         that only its caller gets the error."""
-        if len(group) == 1:
+        if records is None:
             return self._run_one(group[0], done)
         try:
-            stamped, lines = self._stamp([r for req in group for r in req.records])
+            stamped, lines = self._stamp(records)
         except Exception:
             staged = durable = False
             for req in group:
@@ -731,8 +744,8 @@ class BatchingLog(EventLog):
             return staged, durable
         self._hold(stamped)
         self._stage(lines)
-        done.extend((req, None) for req in group)
-        return True, any(req.durable for req in group)
+        done.extend(zip(group, repeat(None)))
+        return True, durable
 
     async def _run_syncs(self, batch: list[_Request]) -> None:
         """A batch of syncs only (:meth:`sync`, the timer of :meth:`_synced`): one sync
@@ -804,7 +817,7 @@ class BatchingLog(EventLog):
             rec = {**r, "seq": seq}
             rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
             stamped.append(rec)
-        bodies = [encode_body(rec) for rec in stamped]
+        bodies = encode_bodies(stamped)
         if stamped and self._last_seq == 0 and self._records == 0:  # a new log says its format
             bodies[0] = encode_body({**stamped[0], FORMAT_FIELD: FORMAT})
         self._chain_head, lines = self.chain.seal_all(self._chain_head, bodies)
@@ -902,25 +915,40 @@ def _call_hooks(done: list[tuple[_Request, Any]]) -> None:
                 log.exception("a durable request's on_durable failed")
 
 
-def _units(batch: list[_Request]) -> Iterator[list[_Request]]:
+_Unit = tuple[list[_Request], list[Record] | None, bool, bool]
+"""What :func:`_units` yields: (requests, records, durable, hooked): one request
+(``records`` None), or consecutive plain appends with their records in order; whether
+any of them asks for a sync, and whether any has an ``on_durable`` hook. (A plain tuple:
+the daemon's batches are single requests, one unit each.)"""
+
+
+def _units(batch: list[_Request]) -> Iterator[_Unit]:
     """The batch in the order given: runs of consecutive plain appends (at most
-    DELIVERY_BATCH records each, unless one has more), every other request alone."""
+    DELIVERY_BATCH records each, unless one has more), every other request alone. (A
+    group's records, durability and hooks are gathered in the same pass: a batch of 32
+    appenders is 32 requests of one record.)"""
     group: list[_Request] = []
-    size = 0
+    records: list[Record] = []
+    durable = hooked = False
     for req in batch:
-        if req.command is None and req.records and not req.future.done():
-            if group and size + len(req.records) > DELIVERY_BATCH:
-                yield group
-                group, size = [], 0
+        more = req.records
+        if req.command is None and more and not req.future.done():
+            if group and len(records) + len(more) > DELIVERY_BATCH:
+                yield group, records, durable, hooked
+                group, records, durable, hooked = [], [], False, False
             group.append(req)
-            size += len(req.records)
+            records += more
+            if req.durable:
+                durable = True
+            if req.on_durable is not None:
+                hooked = True
             continue
         if group:
-            yield group
-            group, size = [], 0
-        yield [req]
+            yield group, records, durable, hooked
+            group, records, durable, hooked = [], [], False, False
+        yield [req], None, req.durable, req.on_durable is not None
     if group:
-        yield group
+        yield group, records, durable, hooked
 
 
 def _fail_all(batch: list[_Request], exc: BaseException) -> None:

@@ -64,6 +64,14 @@ def encode_body(record: Record) -> bytes:
         raise LogError(f"record is not JSON-serializable: {exc}") from exc
 
 
+def encode_bodies(records: Iterable[Record]) -> list[bytes]:
+    """:func:`encode_body` of each record (a batch's, in one call); raises LogError."""
+    try:
+        return [_dumps(record) for record in records]
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise LogError(f"record is not JSON-serializable: {exc}") from exc
+
+
 def encode(record: Record) -> bytes:
     """One record as one ``\\n``-terminated line; raises LogError if not serializable."""
     try:
