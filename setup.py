@@ -11,7 +11,8 @@ ships with mypy (black and mypy itself are built the same way): the same source,
 type-checked, about 1.5x faster where a start-up replays a long log, and a fifth fewer
 instructions a task (``benchmarks/README.md``). The interpreted modules stay in the
 wheel, and nothing else changes. A class that must stay a Python class in a compiled
-module (built by ``slots.fast_init``, subclassed) carries ``slots.python_class``.
+module (built by ``slots.fast_init``, subclassed) must be kept one: any decorator mypyc
+does not know does that.
 
 Not compiled:
 

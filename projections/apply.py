@@ -54,7 +54,7 @@ from snerd.projections.state import (
     lane_key,
     timer_key,
 )
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane, Task, with_
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane, Task, rebooked
 
 
 class Folder(Tables):
@@ -211,20 +211,22 @@ class Folder(Tables):
     def claim(self, task_id: str, claim: Claim) -> None:
         task = get(self.tasks, task_id)
         self._unindex(task)
-        task = with_(task, phase=ACTIVE, attempt=claim.attempt, claim=claim, progress=None)
+        task = rebooked(task, task.order, ACTIVE, claim.attempt, claim, None)
         self.tasks = assoc(self.tasks, task_id, task)
         self._index(task)
         self.delta.claimed.append(task_id)
 
     def progress(self, task_id: str, data: Any) -> None:
-        self.tasks = assoc(self.tasks, task_id, with_(get(self.tasks, task_id), progress=data))
+        task = get(self.tasks, task_id)
+        task = rebooked(task, task.order, task.phase, task.attempt, task.claim, data)
+        self.tasks = assoc(self.tasks, task_id, task)
         self.delta.progress.append((task_id, data))
 
     def release(self, task_id: str) -> None:
         task = get(self.tasks, task_id)
         self._unindex(task)
         # A fresh order: the old heap entry may still sit in its lane.
-        task = self._placed(with_(task, claim=None, order=self.n, progress=None))
+        task = self._placed(rebooked(task, self.n, task.phase, task.attempt, None, None))
         self.tasks = assoc(self.tasks, task_id, task)
         self._index(task)
         self.delta.released.append(task_id)
@@ -251,7 +253,9 @@ class Folder(Tables):
                 self.delta.doomed.append(task.id)
         elif self.any_doomed:
             self.doomed = set_discard(self.doomed, task.id)
-        return task if task.phase == phase else with_(task, phase=phase)
+        if task.phase == phase:
+            return task
+        return rebooked(task, task.order, phase, task.attempt, task.claim, task.progress)
 
     def _index(self, task: Task) -> None:
         self._index_phase(task)

@@ -10,7 +10,7 @@ which also holds the one encoder of each event's record).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import xxhash
@@ -38,7 +38,7 @@ from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
 from snerd.projections.schedule import Cron, format_instant, next_fire, parse_cron, reschedule
 from snerd.projections.state import QueueState, advance, fold
-from snerd.projections.task import Task, build, task_from_record, task_to_record, with_
+from snerd.projections.task import Task, task_from_record, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -119,7 +119,7 @@ def enqueue(
     execute_at = cmd.execute_at
     if cmd.cron and execute_at is None:
         execute_at = next_fire(parse_cron(cmd.cron), now)
-    task = build(
+    task = Task(
         id=cmd.task_id,
         type=cmd.task_type,
         data=cmd.task_data,
@@ -145,7 +145,7 @@ def enqueue(
     )) if cmd.trigger_after_ids else ()  # fmt: skip
     if not unknown:
         return [full_state(ev.ENQUEUED, task, now, daemon)], None
-    task = replace(task, extra=pmap({ev.F_UNKNOWN_PARENTS: list(unknown)}))
+    task = with_(task, extra=pmap({ev.F_UNKNOWN_PARENTS: list(unknown)}))
     return [full_state(ev.ENQUEUED, task, now, daemon)], UnknownParents(unknown)
 
 
@@ -220,7 +220,7 @@ def succeed(task: Task, *, now: float, daemon: str, result: Any = None) -> list[
 
 def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str, **extra: Any) -> Record:
     at = reschedule(cron, scheduled_at=task.execute_at or now, now=now)
-    fresh = replace(task, execute_at=at, retry_count=0, retry_after_time=None, last_error=None)
+    fresh = with_(task, execute_at=at, retry_count=0, retry_after_time=None, last_error=None)
     return full_state(ev.RESCHEDULED, fresh, now, daemon, **extra)
 
 
@@ -245,7 +245,7 @@ def fail(
         )
         fields = {ev.F_RETRY_DELAY: delay} if task.retry_backoff else {}
         return [full_state(ev.RETRY_SCHEDULED, retried, now, daemon, **fields)], False
-    return dead_letter(state, replace(task, last_error=error), now=now, daemon=daemon,
+    return dead_letter(state, with_(task, last_error=error), now=now, daemon=daemon,
                        reason=reason), True  # fmt: skip
 
 
@@ -280,7 +280,7 @@ def fail_through(state: QueueState, parents: list[str], *, now: float, daemon: s
             if child_id in seen or child is None or child.claim is not None:
                 continue
             seen.add(child_id)
-            failed = replace(child, last_error=f"parent task failed: {parent}")
+            failed = with_(child, last_error=f"parent task failed: {parent}")
             out.append(full_state(ev.DEAD_LETTERED, failed, now, daemon,
                                   **{ev.F_REASON: ev.REASON_FAILED_PARENT}))  # fmt: skip
     return out
@@ -336,10 +336,10 @@ def requeue(
         return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
     task = entry.task
     if key != task.id:
-        task = replace(task, id=key, cron=None)
+        task = with_(task, id=key, cron=None)
     if task.id in state.tasks:
         return [], Refusal("invalid_state", f"task {task.id!r} is live")
-    fresh = replace(task, retry_count=0, retry_after_time=None, last_error=None)
+    fresh = with_(task, retry_count=0, retry_after_time=None, last_error=None)
     return [full_state(ev.REQUEUED, fresh, now, daemon, **{ev.F_DLQ_KEY: key})], None
 
 

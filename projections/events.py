@@ -63,7 +63,7 @@ from snerd.projections.fields import (
     SNAPSHOT,
     SUCCEEDED,
 )
-from snerd.projections.task import Task, task_from_record, with_
+from snerd.projections.task import Task, rebooked, task_from_record
 
 # A compiled build (mypyc, ``setup.py``) binds a star import's names for this module's
 # own code only; this puts the vocabulary in the module's namespace, as the
@@ -143,7 +143,7 @@ class Enqueued(NamedTuple):
     def task(self, order: int, attempt: int = 0) -> Task:
         built = self.built
         if built is not None:
-            return with_(built, order=order, attempt=attempt)
+            return rebooked(built, order, built.phase, attempt, built.claim, built.progress)
         return task_from_record(self.record, order=order, attempt=attempt)
 
 

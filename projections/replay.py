@@ -39,7 +39,7 @@ from snerd.projections.evolve import (
 )
 from snerd.projections.rates import extend_window
 from snerd.projections.state import DeadLetter, QueueState, from_tables
-from snerd.projections.task import ACTIVE, Claim, Task, with_
+from snerd.projections.task import ACTIVE, Claim, Task, rebooked
 
 
 class _Live:
@@ -63,13 +63,9 @@ class _Live:
     def materialize(self) -> Task:
         claim = self.claim
         task = self.event.task(self.order)
-        return with_(
-            task,
-            attempt=self.attempt,
-            claim=claim,
-            phase=ACTIVE if claim is not None else task.phase,
-            progress=self.progress if claim is not None else None,
-        )
+        if claim is None:
+            return rebooked(task, task.order, task.phase, self.attempt, None, None)
+        return rebooked(task, task.order, ACTIVE, self.attempt, claim, self.progress)
 
 
 class _Dead:

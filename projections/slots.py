@@ -19,9 +19,11 @@ Neither runs ``__post_init__``: use them only on classes without one.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
 from collections.abc import Callable
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import MISSING, FrozenInstanceError, fields, is_dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -59,13 +61,52 @@ def fast_init(cls: type, *, twin: bool = True) -> tuple[Callable[..., Any], Call
     return namespace["with_"], namespace["build"]
 
 
-def python_class(cls: type[T]) -> type[T]:
-    """Decorator: nothing at run time (``cls`` as it is). In a module a wheel build
-    compiles (``setup.py``), any decorator mypyc does not know keeps the class a Python
-    class, not a native one: :func:`fast_init`'s twin needs a class whose instances can
-    change ``__class__``, and pickle one it can rebuild. The module's functions are
-    compiled all the same."""
-    return cls
+def freeze(cls: type) -> None:
+    """Make a plain slotted class's instances refuse assignment, as a frozen dataclass's
+    do (``dataclasses.FrozenInstanceError``), while its own ``__init__`` keeps writing
+    its slots with plain stores: the ``__init__`` runs on a *twin* (the same slots,
+    ordinary attribute writes) and the instance becomes one of ``cls`` after, as
+    :func:`fast_init` does. For a class whose fields are ``Final`` (mypy refuses an
+    assignment). A native class (a wheel's compiled build: its ``Final`` fields are
+    read-only already), or one whose instances cannot change class, is left as it is."""
+    names = [str(name) for name in cls.__dict__.get("__slots__", ())]
+    if not names or not isinstance(cls.__dict__.get(names[0]), types.MemberDescriptorType):
+        return  # native: its slots are not member descriptors
+    twin = type(f"_{cls.__name__}Fill", (), {"__slots__": tuple(names)})
+    if not _twin_works(cls, twin, names, fresh=True):
+        return
+    init = cls.__dict__["__init__"]
+    params, args = [], []
+    namespace: dict[str, Any] = {"_cls": cls, "_twin": twin, "_init": init,
+                                 "_set": object.__setattr__}  # fmt: skip
+    for p in list(inspect.signature(init).parameters.values())[1:]:
+        if p.kind is not p.POSITIONAL_OR_KEYWORD:
+            raise TypeError(f"{cls.__name__}.__init__ must take plain parameters only")
+        if p.default is p.empty:
+            params.append(p.name)
+        else:
+            namespace[f"_d_{p.name}"] = p.default
+            params.append(f"{p.name}=_d_{p.name}")
+        args.append(p.name)
+    exec(  # our own parameter names, read from the signature
+        f"def __init__(self, {', '.join(params)}):\n"
+        "    _set(self, '__class__', _twin)\n"
+        f"    _init(self, {', '.join(args)})\n"
+        "    self.__class__ = _cls\n",
+        namespace,
+    )
+    frozen_init = functools.update_wrapper(namespace["__init__"], init)  # its signature
+    setattr(cls, "__init__", frozen_init)  # noqa: B010 (class attributes, set once)
+    setattr(cls, "__setattr__", _refuse_set)  # noqa: B010
+    setattr(cls, "__delattr__", _refuse_delete)  # noqa: B010
+
+
+def _refuse_set(self: object, name: str, value: object) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _refuse_delete(self: object, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
 def _twin_works(cls: type, twin: type, names: list[str], *, fresh: bool = False) -> bool:

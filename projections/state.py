@@ -38,7 +38,7 @@ from snerd.projections.events import Record, decode
 from snerd.projections.pmaps import IdSet, assoc, get, id_set
 from snerd.projections.rules import phase_for
 from snerd.projections.slots import fast_init
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, with_
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, rebooked
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +158,7 @@ def timer_key(task: Task) -> tuple[float, int, str]:
 
 
 def _with_phase(task: Task, phase: str) -> Task:
-    return with_(task, phase=phase)
+    return rebooked(task, task.order, phase, task.attempt, task.claim, task.progress)
 
 
 def _replace(state: QueueState, **changes: Any) -> QueueState:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from pyrsistent import pmap
@@ -18,7 +17,7 @@ from pyrsistent import pmap
 from snerd.errors import EventError
 from snerd.projections import fields as ev
 from snerd.projections.schedule import format_instant, parse_instant, snerdmq_cron
-from snerd.projections.slots import fast_init, python_class
+from snerd.projections.slots import freeze
 
 # Phases of a live task inside the projection.
 READY: Final = "ready"  # runnable now: in its lane's heap
@@ -44,40 +43,156 @@ class Claim(NamedTuple):
     lease_until: float | None
 
 
-@python_class  # (built and copied by fast_init)
-@dataclass(frozen=True, slots=True)
 class Task:
-    """A task's lasting state plus the projection's bookkeeping (order, phase, claim)."""
+    """A task's lasting state plus the projection's bookkeeping (order, phase, claim).
 
-    id: str
-    type: str
-    data: str = "null"
-    max_retries: int = 3
-    retry_after_hours: float = 0.0
-    retry_count: int = 0
-    urgency: float = 0.0
-    execute_at: float | None = None
-    retry_after_time: float | None = None
-    cron: str | None = None
-    webhook_url: str | None = None
-    max_execution_seconds: float | None = None
-    pool: str | None = None
-    rate_group: str | None = None
-    max_per_minute: int | None = None
-    auto_dedupe: bool = False
-    fingerprint: str | None = None
-    parents: tuple[str, ...] = ()
-    last_error: str | None = None
-    created_at: float | None = None
-    retry_backoff: str | None = None  # "exponential", or None: fixed retry_after_hours
-    retry_max_delay: float | None = None  # the exponential backoff's cap, seconds
-    extra: Mapping[str, Any] = field(default=_EMPTY, compare=False)
-    # bookkeeping, not written to full-state lines
-    order: int = 0
-    phase: str = READY
-    attempt: int = 0
-    claim: Claim | None = None
-    progress: Any = None
+    Immutable: every field is ``Final`` (mypy refuses an assignment; in a wheel's
+    compiled build, where this is a native class, so does the runtime, and
+    :func:`~snerd.projections.slots.freeze` makes the interpreted class refuse it too).
+    Equal when every field but ``extra`` is. A plain class rather than a frozen
+    dataclass: compiled, its fields are read and its instances built without the
+    generic attribute machinery (a frozen dataclass is built through the
+    ``dataclasses`` module's interpreted ``__init__``; ``benchmarks/README.md``,
+    twentieth session)."""
+
+    __slots__ = (  # noqa: RUF023 (the constructor's order: FIELDS)
+        "id",
+        "type",
+        "data",
+        "max_retries",
+        "retry_after_hours",
+        "retry_count",
+        "urgency",
+        "execute_at",
+        "retry_after_time",
+        "cron",
+        "webhook_url",
+        "max_execution_seconds",
+        "pool",
+        "rate_group",
+        "max_per_minute",
+        "auto_dedupe",
+        "fingerprint",
+        "parents",
+        "last_error",
+        "created_at",
+        "retry_backoff",
+        "retry_max_delay",
+        "extra",
+        "order",
+        "phase",
+        "attempt",
+        "claim",
+        "progress",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        type: str,
+        data: str = "null",
+        max_retries: int = 3,
+        retry_after_hours: float = 0.0,
+        retry_count: int = 0,
+        urgency: float = 0.0,
+        execute_at: float | None = None,
+        retry_after_time: float | None = None,
+        cron: str | None = None,
+        webhook_url: str | None = None,
+        max_execution_seconds: float | None = None,
+        pool: str | None = None,
+        rate_group: str | None = None,
+        max_per_minute: int | None = None,
+        auto_dedupe: bool = False,
+        fingerprint: str | None = None,
+        parents: tuple[str, ...] = (),
+        last_error: str | None = None,
+        created_at: float | None = None,
+        retry_backoff: str | None = None,
+        retry_max_delay: float | None = None,
+        extra: Mapping[str, Any] = _EMPTY,
+        order: int = 0,
+        phase: str = READY,
+        attempt: int = 0,
+        claim: Claim | None = None,
+        progress: Any = None,
+    ) -> None:
+        self.id: Final[str] = id
+        self.type: Final[str] = type
+        self.data: Final[str] = data
+        self.max_retries: Final[int] = max_retries
+        self.retry_after_hours: Final[float] = retry_after_hours
+        self.retry_count: Final[int] = retry_count
+        self.urgency: Final[float] = urgency
+        self.execute_at: Final[float | None] = execute_at
+        self.retry_after_time: Final[float | None] = retry_after_time
+        self.cron: Final[str | None] = cron
+        self.webhook_url: Final[str | None] = webhook_url
+        self.max_execution_seconds: Final[float | None] = max_execution_seconds
+        self.pool: Final[str | None] = pool
+        self.rate_group: Final[str | None] = rate_group
+        self.max_per_minute: Final[int | None] = max_per_minute
+        self.auto_dedupe: Final[bool] = auto_dedupe
+        self.fingerprint: Final[str | None] = fingerprint
+        self.parents: Final[tuple[str, ...]] = parents
+        self.last_error: Final[str | None] = last_error
+        self.created_at: Final[float | None] = created_at
+        # "exponential", or None: the fixed retry_after_hours
+        self.retry_backoff: Final[str | None] = retry_backoff
+        self.retry_max_delay: Final[float | None] = retry_max_delay  # exponential's cap, s
+        self.extra: Final[Mapping[str, Any]] = extra  # fields we do not know (not compared)
+        # bookkeeping, not written to full-state lines
+        self.order: Final[int] = order  # FIFO order
+        self.phase: Final[str] = phase
+        self.attempt: Final[int] = attempt
+        self.claim: Final[Claim | None] = claim
+        self.progress: Final[Any] = progress
+
+    def _key(self) -> tuple[Any, ...]:
+        return (
+            self.id,
+            self.type,
+            self.data,
+            self.max_retries,
+            self.retry_after_hours,
+            self.retry_count,
+            self.urgency,
+            self.execute_at,
+            self.retry_after_time,
+            self.cron,
+            self.webhook_url,
+            self.max_execution_seconds,
+            self.pool,
+            self.rate_group,
+            self.max_per_minute,
+            self.auto_dedupe,
+            self.fingerprint,
+            self.parents,
+            self.last_error,
+            self.created_at,
+            self.retry_backoff,
+            self.retry_max_delay,
+            self.order,
+            self.phase,
+            self.attempt,
+            self.claim,
+            self.progress,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Task) or type(other) is not type(self):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in Task.__slots__)
+        return f"Task({shown})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Task, tuple(getattr(self, name) for name in Task.__slots__)
 
     @property
     def task_type(self) -> str:
@@ -105,11 +220,56 @@ class Task:
         return (self.type, self.pool or "", self.rate_group or "", self.max_per_minute or 0)
 
 
-_with, _build = fast_init(Task)
-with_: Final[Callable[..., Task]] = _with
-"""``with_(task, phase=..., attempt=...)``: the task with those fields changed."""
-build: Final[Callable[..., Task]] = _build
-"""``build(id=..., type=..., ...)``: ``Task(...)``, the same task, built faster."""
+freeze(Task)
+
+FIELDS: Final[tuple[str, ...]] = Task.__slots__
+"""The task's fields, in the constructor's order."""
+_FIELD_SET: Final = frozenset(FIELDS)
+
+def rebooked(
+    task: Task, order: int, phase: str, attempt: int, claim: Claim | None, progress: Any
+) -> Task:
+    """The task with its bookkeeping (order, phase, attempt, claim, progress) replaced,
+    its lasting fields as they are: every copy a fold makes (placed, claimed,
+    released, its progress), one constructor call."""
+    return Task(
+        task.id,
+        task.type,
+        task.data,
+        task.max_retries,
+        task.retry_after_hours,
+        task.retry_count,
+        task.urgency,
+        task.execute_at,
+        task.retry_after_time,
+        task.cron,
+        task.webhook_url,
+        task.max_execution_seconds,
+        task.pool,
+        task.rate_group,
+        task.max_per_minute,
+        task.auto_dedupe,
+        task.fingerprint,
+        task.parents,
+        task.last_error,
+        task.created_at,
+        task.retry_backoff,
+        task.retry_max_delay,
+        task.extra,
+        order,
+        phase,
+        attempt,
+        claim,
+        progress,
+    )
+
+
+def with_(task: Task, **changes: Any) -> Task:
+    """The task with those fields changed (``AttributeError`` for a name it has not)."""
+    if not _FIELD_SET.issuperset(changes):
+        unknown = ", ".join(sorted(set(changes) - _FIELD_SET))
+        raise AttributeError(f"Task has no field {unknown}")
+    return Task(*[changes[name] if name in changes else getattr(task, name) for name in FIELDS])
 
 
 def _number(value: Any, name: str, default: float, *, low: float = -_MAX_EXACT) -> float:
@@ -265,7 +425,7 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
     backoff, max_delay = get(ev.F_RETRY_BACKOFF), get(ev.F_RETRY_MAX_DELAY)
     parents = get(ev.F_TRIGGER_AFTER_IDS)
     has_error = get(ev.F_LAST_ERROR) is not None or get(ev.F_LAST_ERROR_TEXT) is not None
-    return build(
+    return Task(
         id=task_id,
         type=task_type,
         data=data,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import fields, replace
 from operator import attrgetter
 from typing import Any, Final
 
@@ -12,7 +11,7 @@ from snerd.projections import decide, heap
 from snerd.projections.rates import RATE_WINDOW_SECONDS
 from snerd.projections.rules import phase_for
 from snerd.projections.state import QueueState, lane_key, timer_key
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Task
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, FIELDS, READY, Task, with_
 
 
 def phase_expected(task: Task, state: QueueState, now: float) -> str:
@@ -31,10 +30,10 @@ def task_view(task: Task, *, order: bool = True) -> tuple[Any, ...]:
 
 
 _FIELDS: Final = {
-    keep_order: attrgetter(*(f.name for f in fields(Task) if keep_order or f.name != "order"))
+    keep_order: attrgetter(*(name for name in FIELDS if keep_order or name != "order"))
     for keep_order in (True, False)
 }
-"""Task's fields as one getter each way (``fields()`` per call was most of the cost)."""
+"""Task's fields as one getter each way (a getattr per field and call cost most)."""
 
 
 def valid_lane_entries(state: QueueState) -> set[tuple[Any, ...]]:
@@ -137,7 +136,7 @@ def observable(task: Task) -> tuple[Any, ...]:
     claim = task.claim
     if claim is not None:
         claim = claim._replace(at=ms(claim.at), lease_until=ms(claim.lease_until))
-    return task_view(replace(task, claim=claim), order=False)
+    return task_view(with_(task, claim=claim), order=False)
 
 
 def live_view(state: QueueState) -> dict[str, tuple[Any, ...]]:

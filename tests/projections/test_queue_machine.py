@@ -10,7 +10,6 @@ fold of the log as it is on disk (snapshot + tail), which equals the bulk fold.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -25,7 +24,7 @@ from snerd.projections import queries
 from snerd.projections.replay import bulk_fold
 from snerd.projections.snapshot import snapshot_records
 from snerd.projections.state import advance, empty, fold
-from snerd.projections.task import ACTIVE, task_to_record
+from snerd.projections.task import ACTIVE, task_to_record, with_
 
 Record = dict[str, Any]
 
@@ -116,7 +115,7 @@ class QueueMachine(RuleBasedStateMachine):
         task = self.state.tasks[data.draw(st.sampled_from(self.running()))]
         if progress:
             self.append({ev.F_EVENT: ev.PROGRESSED, ev.F_TASK_ID: task.id, ev.F_DATA: 50})
-        done = replace(task, last_error=None)
+        done = with_(task, last_error=None)
         self.append(self.full(ev.SUCCEEDED, done, **{ev.F_DELETED_AT: _instant(self.now)}))
 
     @precondition(lambda self: self.running())
@@ -125,11 +124,11 @@ class QueueMachine(RuleBasedStateMachine):
         task = self.state.tasks[data.draw(st.sampled_from(self.running()))]
         if task.retry_count < task.max_retries:
             retry_at = self.now + backoff * 3600 if backoff else None
-            retried = replace(task, retry_count=task.retry_count + 1, last_error="boom",
+            retried = with_(task, retry_count=task.retry_count + 1, last_error="boom",
                               retry_after_hours=backoff, retry_after_time=retry_at)  # fmt: skip
             self.append(self.full(ev.RETRY_SCHEDULED, retried))
             return
-        failed = replace(task, last_error="boom")
+        failed = with_(task, last_error="boom")
         self.append(self.full(ev.DEAD_LETTERED, failed, **{ev.F_REASON: ev.REASON_MAX_RETRIES}))
         self.fail_through()
 
@@ -171,7 +170,7 @@ class QueueMachine(RuleBasedStateMachine):
         if purge:
             self.append({ev.F_EVENT: ev.PURGED, ev.F_DLQ_KEY: key, ev.F_TASK_ID: key})
         elif key not in self.state.tasks:
-            fresh = replace(self.state.dlq[key].task, retry_count=0, last_error=None)
+            fresh = with_(self.state.dlq[key].task, retry_count=0, last_error=None)
             self.append(self.full(ev.REQUEUED, fresh, **{ev.F_DLQ_KEY: key}))
 
     @rule()

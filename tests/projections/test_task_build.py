@@ -1,15 +1,19 @@
-"""The fast Task constructor and copier build exactly what the dataclass builds."""
+"""The task class: what its constructor and copies set, its equality, and that no
+field of it can be assigned; and the fast constructors of the other hot classes."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from pyrsistent import pmap
 
-from snerd.projections.task import Claim, Task, build, with_
+from snerd.projections.slots import freeze
+from snerd.projections.task import FIELDS, Claim, Task, rebooked, with_
 
 FULL: dict[str, Any] = {
     "id": "t1", "type": "mail", "data": '{"a": 1}', "max_retries": 5, "retry_after_hours": 0.5,
@@ -20,40 +24,147 @@ FULL: dict[str, Any] = {
     "retry_max_delay": 60.0, "extra": pmap({"x": 1}), "order": 42, "phase": "active",
     "attempt": 3, "claim": Claim("d", 3, 5.0, 9.0), "progress": {"p": 1},
 }  # fmt: skip
+DEFAULTS: dict[str, Any] = {
+    "data": "null", "max_retries": 3, "retry_after_hours": 0.0, "retry_count": 0,
+    "urgency": 0.0, "execute_at": None, "retry_after_time": None, "cron": None,
+    "webhook_url": None, "max_execution_seconds": None, "pool": None, "rate_group": None,
+    "max_per_minute": None, "auto_dedupe": False, "fingerprint": None, "parents": (),
+    "last_error": None, "created_at": None, "retry_backoff": None, "retry_max_delay": None,
+    "extra": pmap(), "order": 0, "phase": "ready", "attempt": 0, "claim": None, "progress": None,
+}  # fmt: skip
+BOOKKEEPING = ("order", "phase", "attempt", "claim", "progress")
 
 
 def _every_field(task: Task) -> tuple[Any, ...]:
-    return tuple(getattr(task, f.name) for f in dataclasses.fields(Task))
+    return tuple(getattr(task, name) for name in FIELDS)
 
 
-def test_build_sets_every_field_as_the_dataclass_does() -> None:
-    assert _every_field(build(**FULL)) == _every_field(Task(**FULL))
-    assert _every_field(build(id="a", type="b")) == _every_field(Task(id="a", type="b"))
-    assert build(**FULL) == Task(**FULL)
-    assert hash(build(id="a", type="b")) == hash(Task(id="a", type="b"))
+def test_the_fields_are_the_constructors_parameters_in_order() -> None:
+    params = list(inspect.signature(Task).parameters)
+    assert tuple(params) == FIELDS == (*FULL,)
+    assert FIELDS[-len(BOOKKEEPING):] == BOOKKEEPING
+
+
+def test_the_constructor_sets_what_it_is_given_and_the_defaults() -> None:
+    assert _every_field(Task(**FULL)) == tuple(FULL.values())
+    assert _every_field(Task(*FULL.values())) == tuple(FULL.values())
+    assert _every_field(Task(id="a", type="b")) == ("a", "b", *DEFAULTS.values())
 
 
 @given(st.sets(st.sampled_from(sorted(FULL)), max_size=len(FULL)))
 def test_with_changes_exactly_the_named_fields(names: set[str]) -> None:
     base = Task(id="a", type="b")
     changes = {name: FULL[name] for name in names}
-    expected = dataclasses.replace(base, **changes)
-    assert _every_field(with_(base, **changes)) == _every_field(expected)
+    expected = tuple(changes.get(name, getattr(base, name)) for name in FIELDS)
+    assert _every_field(with_(base, **changes)) == expected
+
+
+@given(st.integers(), st.sampled_from(("ready", "active", "delayed")), st.integers(0, 9),
+       st.none() | st.just(Claim("d", 1, 2.0, None)), st.none() | st.integers())  # fmt: skip
+def test_rebooked_changes_the_bookkeeping_only(
+    order: int, phase: str, attempt: int, claim: Claim | None, progress: Any
+) -> None:
+    base = Task(**FULL)
+    got = rebooked(base, order, phase, attempt, claim, progress)
+    values = dict(zip(BOOKKEEPING, (order, phase, attempt, claim, progress), strict=True))
+    assert _every_field(got) == _every_field(with_(base, **values))
+    assert type(got) is Task
+
+
+def test_no_field_can_be_assigned_or_deleted() -> None:
+    for task in (Task(**FULL), with_(Task(id="a", type="b"), order=3),
+                 rebooked(Task(id="a", type="b"), 1, "ready", 0, None, None)):  # fmt: skip
+        assert type(task) is Task
+        with pytest.raises(AttributeError):  # FrozenInstanceError, or a compiled read-only
+            task.order = 5  # type: ignore[misc]
+        with pytest.raises(AttributeError):
+            del task.order  # type: ignore[misc]
+        assert task.order != 5
+
+
+def test_with_refuses_a_field_the_class_has_not() -> None:
+    with pytest.raises(AttributeError):
+        with_(Task(id="a", type="b"), colour="red")
+
+
+def test_equal_when_every_field_but_extra_is() -> None:
+    full = {**FULL, "progress": 5}  # (a dict's progress is unhashable, as in a dataclass)
+    assert Task(**full) == Task(**{**full, "extra": pmap({"y": 2})})
+    assert hash(Task(**full)) == hash(Task(**{**full, "extra": pmap()}))
+    for name in FIELDS:
+        if name != "extra":
+            other = with_(Task(**full), **{name: object()})
+            assert Task(**full) != other, name
+    assert Task(id="a", type="b") != ("a", "b")
+    assert Task(id="a", type="b").__eq__(("a", "b")) is NotImplemented
+
+
+def test_repr_pickle_and_copies() -> None:
+    import copy
+    import pickle
+
+    task = Task(**{**FULL, "progress": None})
+    assert repr(task).startswith("Task(id='t1', type='mail', data='{\"a\": 1}', max_retries=5,")
+    assert repr(task).endswith("attempt=3, claim=Claim(daemon='d', attempt=3, at=5.0, "
+                               "lease_until=9.0), progress=None)")  # fmt: skip
+    for again in (pickle.loads(pickle.dumps(task)), copy.copy(task), copy.deepcopy(task)):
+        assert _every_field(again) == _every_field(task)
+        assert type(again) is Task
+
+
+def test_freeze_keeps_the_signature_and_refuses_assignment() -> None:
+    class Point:
+        __slots__ = ("x", "y")
+
+        def __init__(self, x: int, y: int = 7) -> None:
+            self.x = x
+            self.y = y
+
+    before = inspect.signature(Point.__init__)
+    freeze(Point)
+    assert inspect.signature(Point.__init__) == before
+    p = Point(1)
+    assert (type(p), p.x, p.y) == (Point, 1, 7)
+    assert Point(y=2, x=3).y == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.x = 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del p.y
+    assert (p.x, p.y) == (1, 7)
+
+
+def test_freeze_refuses_an_init_it_cannot_forward() -> None:
+    class Starred:
+        __slots__ = ("x",)
+
+        def __init__(self, *x: int) -> None:
+            self.x = x
+
+    with pytest.raises(TypeError, match="plain parameters"):
+        freeze(Starred)
+
+
+def _state() -> dict[str, Any]:
+    from snerd.projections.state import QueueState
+
+    given = {f.name: getattr(QueueState(), f.name) for f in dataclasses.fields(QueueState)}
+    given.update(n=7, last_seq=9, invalid=2, timers=(1, (0.0, 1, "a"), None, None))
+    return given
+
+
+_STATE = _state()
 
 
 def test_build_state_sets_every_field_as_the_dataclass_does() -> None:
     from snerd.projections.state import QueueState, build_state
 
-    given = {f.name: getattr(QueueState(), f.name) for f in dataclasses.fields(QueueState)}
-    given.update(n=7, last_seq=9, invalid=2, timers=(1, (0.0, 1, "a"), None, None))
+    given = _STATE
     built, expected = build_state(**given), QueueState(**given)
     assert built == expected
     assert all(getattr(built, name) is value for name, value in given.items())
 
 
 def test_classes_with_post_init_are_refused() -> None:
-    import pytest
-
     from snerd.projections.slots import fast_init
 
     @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,46 +180,18 @@ def test_classes_with_post_init_are_refused() -> None:
 
 def test_the_descriptor_fallback_builds_the_same_objects() -> None:
     from snerd.projections.slots import fast_init
+    from snerd.projections.state import QueueState
 
-    slow_with, slow_build = fast_init(Task, twin=False)
-    assert _every_field(slow_build(**FULL)) == _every_field(Task(**FULL))
-    changed = slow_with(Task(id="a", type="b"), phase="active", attempt=2)
-    assert _every_field(changed) == _every_field(Task(id="a", type="b", phase="active", attempt=2))
-
-
-def test_built_objects_are_frozen_instances_of_the_class() -> None:
-    import pytest
-
-    for task in (build(**FULL), with_(Task(id="a", type="b"), order=3)):
-        assert type(task) is Task
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            task.order = 5  # type: ignore[misc]
-
-
-def test_with_refuses_a_field_the_class_has_not() -> None:
-    import pytest
-
-    with pytest.raises(AttributeError):
-        with_(Task(id="a", type="b"), colour="red")
-
-
-def test_built_objects_pickle_copy_and_replace_like_the_dataclass() -> None:
-    import copy
-    import pickle
-
-    built = with_(build(**{**FULL, "extra": {}}), order=7)
-    made = Task(**{**FULL, "extra": {}, "order": 7})
-    assert pickle.loads(pickle.dumps(built)) == made
-    assert copy.deepcopy(built) == made
-    assert dataclasses.replace(built, phase="ready") == dataclasses.replace(made, phase="ready")
-    assert hash(build(id="a", type="b", order=3)) == hash(Task(id="a", type="b", order=3))
+    slow_with, slow_build = fast_init(QueueState, twin=False)
+    assert slow_build(**_STATE) == QueueState(**_STATE)
+    assert slow_with(QueueState(), n=3, last_seq=4) == QueueState(n=3, last_seq=4)
 
 
 @given(st.none() | st.floats(allow_nan=False), st.none() | st.floats(allow_nan=False))
 @example(0.0, -0.0)  # equal times: the first, as max() gives (here -0.0 != 0.0 in sign)
 @example(-0.0, 0.0)
 def test_not_before_is_the_later_of_the_two_times(execute_at: Any, retry_at: Any) -> None:
-    task = build(id="t", type="x", execute_at=execute_at, retry_after_time=retry_at)
+    task = Task(id="t", type="x", execute_at=execute_at, retry_after_time=retry_at)
     times = [t for t in (execute_at, retry_at) if t is not None]
     expected = max(times) if times else None
     got = task.not_before
