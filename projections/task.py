@@ -43,6 +43,39 @@ class Claim(NamedTuple):
     lease_until: float | None
 
 
+FIELDS: Final[tuple[str, ...]] = (
+    "id",
+    "type",
+    "data",
+    "max_retries",
+    "retry_after_hours",
+    "retry_count",
+    "urgency",
+    "execute_at",
+    "retry_after_time",
+    "cron",
+    "webhook_url",
+    "max_execution_seconds",
+    "pool",
+    "rate_group",
+    "max_per_minute",
+    "auto_dedupe",
+    "fingerprint",
+    "parents",
+    "last_error",
+    "created_at",
+    "retry_backoff",
+    "retry_max_delay",
+    "extra",
+    "order",
+    "phase",
+    "attempt",
+    "claim",
+    "progress",
+)
+"""A task's fields, in its constructor's order (its slots)."""
+
+
 class Task:
     """A task's lasting state plus the projection's bookkeeping (order, phase, claim).
 
@@ -55,36 +88,7 @@ class Task:
     ``dataclasses`` module's interpreted ``__init__``; ``benchmarks/README.md``,
     twentieth session)."""
 
-    __slots__ = (  # noqa: RUF023 (the constructor's order: FIELDS)
-        "id",
-        "type",
-        "data",
-        "max_retries",
-        "retry_after_hours",
-        "retry_count",
-        "urgency",
-        "execute_at",
-        "retry_after_time",
-        "cron",
-        "webhook_url",
-        "max_execution_seconds",
-        "pool",
-        "rate_group",
-        "max_per_minute",
-        "auto_dedupe",
-        "fingerprint",
-        "parents",
-        "last_error",
-        "created_at",
-        "retry_backoff",
-        "retry_max_delay",
-        "extra",
-        "order",
-        "phase",
-        "attempt",
-        "claim",
-        "progress",
-    )
+    __slots__ = FIELDS
 
     def __init__(
         self,
@@ -188,11 +192,11 @@ class Task:
         return hash(self._key())
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in Task.__slots__)
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELDS)
         return f"Task({shown})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Task, tuple(getattr(self, name) for name in Task.__slots__)
+        return Task, tuple(getattr(self, name) for name in FIELDS)
 
     @property
     def task_type(self) -> str:
@@ -222,8 +226,6 @@ class Task:
 
 freeze(Task)
 
-FIELDS: Final[tuple[str, ...]] = Task.__slots__
-"""The task's fields, in the constructor's order."""
 _FIELD_SET: Final = frozenset(FIELDS)
 
 def rebooked(
