@@ -61,12 +61,15 @@ def fast_init(cls: type, *, twin: bool = True) -> tuple[Callable[..., Any], Call
     return namespace["with_"], namespace["build"]
 
 
-def freeze(cls: type) -> None:
+def freeze(cls: type, *, inline: bool = False) -> None:
     """Make a plain slotted class's instances refuse assignment, as a frozen dataclass's
     do (``dataclasses.FrozenInstanceError``), while its own ``__init__`` keeps writing
     its slots with plain stores: the ``__init__`` runs on a *twin* (the same slots,
     ordinary attribute writes) and the instance becomes one of ``cls`` after, as
-    :func:`fast_init` does. For a class whose fields are ``Final`` (mypy refuses an
+    :func:`fast_init` does. ``inline``: the class's ``__init__`` does nothing but store
+    each parameter in the slot of its name, so the frozen ``__init__`` makes those
+    stores itself, without calling it (checked once, on a probe: ``TypeError`` when it
+    stores anything else). For a class whose fields are ``Final`` (mypy refuses an
     assignment). A native class (a wheel's compiled build: its ``Final`` fields are
     read-only already), or one whose instances cannot change class, is left as it is."""
     names = [str(name) for name in cls.__dict__.get("__slots__", ())]
@@ -88,10 +91,16 @@ def freeze(cls: type) -> None:
             namespace[f"_d_{p.name}"] = p.default
             params.append(f"{p.name}=_d_{p.name}")
         args.append(p.name)
+    if inline and not _stores_only(init, twin, args, names):
+        raise TypeError(f"{cls.__name__}.__init__ does more than store its parameters")
+    if inline:
+        body = "".join(f"    self.{name} = {name}\n" for name in args)
+    else:
+        body = f"    _init(self, {', '.join(args)})\n"
     exec(  # our own parameter names, read from the signature
         f"def __init__(self, {', '.join(params)}):\n"
         "    _set(self, '__class__', _twin)\n"
-        f"    _init(self, {', '.join(args)})\n"
+        f"{body}"
         "    self.__class__ = _cls\n",
         namespace,
     )
@@ -99,6 +108,20 @@ def freeze(cls: type) -> None:
     setattr(cls, "__init__", frozen_init)  # noqa: B010 (class attributes, set once)
     setattr(cls, "__setattr__", _refuse_set)  # noqa: B010
     setattr(cls, "__delattr__", _refuse_delete)  # noqa: B010
+
+
+def _stores_only(init: Callable[..., Any], twin: type, args: list[str], names: list[str]) -> bool:
+    """Whether ``init`` does nothing but store each parameter in the slot of its name
+    (asked of it once, with a fresh object for each parameter, on a twin)."""
+    if sorted(args) != sorted(names):
+        return False
+    probe: Any = object.__new__(twin)
+    given = [object() for _ in args]
+    try:
+        init(probe, *given)
+    except Exception:
+        return False
+    return all(getattr(probe, name) is value for name, value in zip(args, given, strict=True))
 
 
 def _refuse_set(self: object, name: str, value: object) -> None:

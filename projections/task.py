@@ -224,7 +224,7 @@ class Task:
         return (self.type, self.pool or "", self.rate_group or "", self.max_per_minute or 0)
 
 
-freeze(Task)
+freeze(Task, inline=True)
 
 _FIELD_SET: Final = frozenset(FIELDS)
 

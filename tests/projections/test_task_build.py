@@ -144,6 +144,39 @@ def test_freeze_keeps_the_signature_and_refuses_assignment() -> None:
     assert (p.x, p.y) == (1, 7)
 
 
+def test_freeze_inlines_only_an_init_that_stores_its_parameters() -> None:
+    class Plain:
+        __slots__ = ("x", "y")
+
+        def __init__(self, x: int, y: int = 7) -> None:
+            self.x = x
+            self.y = y
+
+    class Converting:
+        __slots__ = ("x",)
+
+        def __init__(self, x: str) -> None:
+            self.x = int(x)
+
+    class Swapping:
+        __slots__ = ("x", "y")
+
+        def __init__(self, x: int, y: int) -> None:
+            self.x = y
+            self.y = x
+
+    freeze(Plain, inline=True)
+    assert "_init" not in Plain.__init__.__code__.co_names  # the stores themselves
+    assert (Plain(1).x, Plain(1).y, Plain(2, y=3).y) == (1, 7, 3)
+    for cls in (Converting, Swapping):
+        with pytest.raises(TypeError, match="does more than store"):
+            freeze(cls, inline=True)
+    freeze(Converting)  # not inlined: its own __init__ runs, on the twin
+    assert Converting("5").x == 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Converting("5").x = 6
+
+
 def test_freeze_refuses_an_init_it_cannot_forward() -> None:
     class Starred:
         __slots__ = ("x",)
