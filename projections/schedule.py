@@ -54,7 +54,7 @@ _MAX_YEARS_BETWEEN = 130  # enough for a 7-field year anywhere in croniter's 197
 # --------------------------------------------------------------------------- instants
 
 
-def parse_instant(text: str) -> float:
+def parse_instant(text: object) -> float:
     """RFC 3339 / ISO 8601 text -> epoch seconds (UTC).
 
     Accepts ``Z`` or a numeric offset, ``T``/``t`` or a space as separator, any number
@@ -81,14 +81,14 @@ def parse_instant(text: str) -> float:
         raise EventError(f"timestamp out of range: {_show(text)}") from None
 
 
-def format_instant(ts: float) -> str:
+def format_instant(ts: object) -> str:
     """Epoch seconds -> RFC 3339 in UTC with milliseconds, e.g. ``2024-01-01T00:00:00.000Z``.
 
     Exactly ``timedelta(seconds=ts)``'s instant, truncated to the millisecond, but in
     integer arithmetic (every enqueue and outcome formats at least one new instant):
     the whole seconds, plus the fraction rounded half-even to the microsecond, as
     timedelta rounds it."""
-    _check_instant(ts, what="instant")
+    ts = _instant(ts, what="instant")
     whole = int(ts)  # (toward zero, as math.modf; the fraction below is exact)
     micros = round((ts - whole) * 1e6)  # within +-1,000,000
     return _format_second(whole + micros // 1_000_000) + _MILLIS[micros % 1_000_000 // 1000]
@@ -105,15 +105,15 @@ def _format_second(whole: int) -> str:
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
 
 
-_NUMBERS = (int, float)  # (not ``int | float``: a union object built at every call)
-
-
-def _check_instant(ts: float, *, what: str) -> None:
-    """Raise unless ``ts`` is epoch seconds a datetime can hold (years 1 to 9999)."""
-    if isinstance(ts, bool) or not isinstance(ts, _NUMBERS):
+def _instant(ts: object, *, what: str) -> float:
+    """``ts`` if it is epoch seconds a datetime can hold (years 1 to 9999), else
+    EventError. (Any object: a compiled build checks no argument type of its own here.
+    The tuple, not ``int | float``: no union object built at every call.)"""
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
         raise EventError(f"{what} must be epoch seconds, got {_show(ts)}")
     if not math.isfinite(ts) or not _MIN_TS <= ts <= _MAX_TS:
         raise EventError(f"{what} out of range: {ts!r}")
+    return ts
 
 
 # --------------------------------------------------------------------------- cron
@@ -135,7 +135,7 @@ class Cron:
     interval: float | None = None
 
 
-def parse_cron(expr: str) -> Cron:
+def parse_cron(expr: object) -> Cron:
     """Validate a cron expression, shorthand or alias; raise :class:`EventError` if bad."""
     if not isinstance(expr, str):
         raise EventError(f"cron expression must be a string, got {_show(expr)}")
@@ -197,7 +197,7 @@ def next_fire(cron: Cron, after: float) -> float:
     monotone in ``after``. Raises :class:`EventError` when the schedule has no fire
     after ``after`` (e.g. a 7-field expression whose year has passed).
     """
-    _check_instant(after, what="after")
+    _instant(after, what="after")
     if cron.interval is not None:
         return float(after) + cron.interval
     return _cron_next(cron, after)
@@ -212,7 +212,7 @@ def reschedule(cron: Cron, *, scheduled_at: float, now: float) -> float:
     """
     if cron.interval is None:
         return next_fire(cron, max(scheduled_at, now))
-    _check_instant(now, what="now")
+    _instant(now, what="now")
     fire = next_fire(cron, scheduled_at)
     if fire <= now:
         fire = scheduled_at + (math.floor((now - scheduled_at) / cron.interval) + 1) * cron.interval
