@@ -3,17 +3,17 @@
 snerd is pure Python. A wheel build (``pip install .``, ``pip wheel .``) also compiles
 the fold's modules (``PURE``: the typed events, the rules, the bulk folder, the
 counters, the engine's incremental folder and the heaps and maps it keeps; and what
-every task passes through: the task record's reader and writer, its timestamps and
-cron schedules, the decisions, the queries and plan that pick claims, the enqueue
-options' reader, and the wire's parser and encoders, as pure as the core: the
-``pure-wire`` contract of pyproject.toml) and the engine with its dispatcher (``GLUE``)
-to C extensions with mypyc, the compiler that ships with mypy (black and mypy itself
-are built the same way): the same source, type-checked, about 1.5x faster where a
+every task passes through: the task record's reader and writer, its timestamps and cron
+schedules, what a fold changed, the decisions, the queries and plan that pick claims,
+the enqueue options' reader, and the wire's parser and encoders, as pure as the core:
+the ``pure-wire`` contract of pyproject.toml) and the engine with its dispatcher
+(``GLUE``) to C extensions with mypyc, the compiler that ships with mypy (black and mypy
+itself are built the same way): the same source, type-checked, about 1.5x faster where a
 start-up replays a long log, and about 30% fewer instructions a task
-(``benchmarks/README.md``). The interpreted modules stay in the
-wheel, and nothing else changes. A class that must stay a Python class in a compiled
-module (built by ``slots.fast_init``, subclassed) must be kept one: any decorator mypyc
-does not know does that.
+(``benchmarks/README.md``). The interpreted modules stay in the wheel, and nothing else
+changes. A class that must stay a Python class in a compiled module (built by
+``slots.fast_init``, subclassed) must be kept one: any decorator mypyc does not know
+does that.
 
 Not compiled:
 
@@ -51,6 +51,7 @@ PURE = (
     "snerd/projections/options.py",
     "snerd/projections/task.py",
     "snerd/projections/schedule.py",
+    "snerd/projections/delta.py",
     "snerd/rpc/protocol.py",
 )
 """Modules a purity contract of pyproject.toml holds (``pure-core``, ``pure-wire``)."""

@@ -2,51 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from snerd.projections.slots import fast_init
+from snerd.projections.slots import freeze
 
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """Ids (or DLQ keys) by what happened to them, in log order."""
-
-    ready: tuple[str, ...] = ()  # entered a ready heap
-    delayed: tuple[str, ...] = ()  # entered the timers
-    blocked: tuple[str, ...] = ()  # waiting for DAG parents
-    doomed: tuple[str, ...] = ()  # blocked by a dead-lettered parent: fail them through
-    claimed: tuple[str, ...] = ()
-    released: tuple[str, ...] = ()  # a claim ended without an outcome
-    finished: tuple[str, ...] = ()  # left the live table (completed, cancelled, dead)
-    dead: tuple[str, ...] = ()  # DLQ keys added
-    progress: tuple[tuple[str, Any], ...] = ()
-    counted: tuple[tuple[str, Any], ...] = ()  # (metric, event): what counters to bump
-    reset: bool = False  # the whole state was rebuilt
-
-    def __bool__(self) -> bool:
-        return any(getattr(self, name) for name in self.__slots__)
-
-    @property
-    def wakes_dispatch(self) -> bool:
-        """Whether something may have become runnable (or capacity may have freed)."""
-        return bool(
-            self.ready or self.delayed or self.released or self.finished or self.doomed
-            or self.dead
-        )  # fmt: skip
-
-    def merge(self, other: Delta) -> Delta:
-        """This delta followed by ``other``."""
-        merged: dict[str, Any] = {n: getattr(self, n) + getattr(other, n) for n in _TUPLES}
-        return Delta(**merged, reset=self.reset or other.reset)
-
-
-NO_CHANGE = Delta()
-"""The delta of a fold that changed nothing (immutable, so shared)."""
-
-_, _build = fast_init(Delta)  # one per fold that changed something
-
-_TUPLES = (
+_TUPLES: Final = (
     "ready",
     "delayed",
     "blocked",
@@ -58,6 +18,78 @@ _TUPLES = (
     "progress",
     "counted",
 )
+FIELDS: Final = (*_TUPLES, "reset")
+
+
+class Delta:
+    """Ids (or DLQ keys) by what happened to them, in log order. Immutable (``Final``
+    fields: a native class in a wheel's compiled build, frozen by ``slots.freeze``
+    where interpreted); equal when every field is."""
+
+    __slots__ = FIELDS
+
+    def __init__(
+        self,
+        ready: tuple[str, ...] = (),
+        delayed: tuple[str, ...] = (),
+        blocked: tuple[str, ...] = (),
+        doomed: tuple[str, ...] = (),
+        claimed: tuple[str, ...] = (),
+        released: tuple[str, ...] = (),
+        finished: tuple[str, ...] = (),
+        dead: tuple[str, ...] = (),
+        progress: tuple[tuple[str, Any], ...] = (),
+        counted: tuple[tuple[str, Any], ...] = (),
+        reset: bool = False,
+    ) -> None:
+        self.ready: Final = ready  # entered a ready heap
+        self.delayed: Final = delayed  # entered the timers
+        self.blocked: Final = blocked  # waiting for DAG parents
+        self.doomed: Final = doomed  # blocked by a dead-lettered parent: fail them through
+        self.claimed: Final = claimed
+        self.released: Final = released  # a claim ended without an outcome
+        self.finished: Final = finished  # left the live table (completed, cancelled, dead)
+        self.dead: Final = dead  # DLQ keys added
+        self.progress: Final = progress
+        self.counted: Final = counted  # (metric, event): what counters to bump
+        self.reset: Final = reset  # the whole state was rebuilt
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Delta):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELDS)
+        return f"Delta({shown})"
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, name) for name in FIELDS)
+
+    @property
+    def wakes_dispatch(self) -> bool:
+        """Whether something may have become runnable (or capacity may have freed)."""
+        return bool(
+            self.ready or self.delayed or self.released or self.finished or self.doomed
+            or self.dead
+        )  # fmt: skip
+
+    def merge(self, other: Delta) -> Delta:
+        """This delta followed by ``other``."""
+        merged = {n: getattr(self, n) + getattr(other, n) for n in _TUPLES}
+        return Delta(**merged, reset=self.reset or other.reset)
+
+
+freeze(Delta, inline=True)
+
+NO_CHANGE: Final = Delta()
+"""The delta of a fold that changed nothing (immutable, so shared)."""
 
 
 class DeltaBuilder:
@@ -87,10 +119,7 @@ class DeltaBuilder:
         if not (ready or delayed or blocked or doomed or claimed or released or finished or dead
                 or progress or counted):  # fmt: skip
             return NO_CHANGE
-        delta: Delta = _build(
-            ready=tuple(ready), delayed=tuple(delayed), blocked=tuple(blocked),
-            doomed=tuple(doomed), claimed=tuple(claimed), released=tuple(released),
-            finished=tuple(finished), dead=tuple(dead), progress=tuple(progress),
-            counted=tuple(counted),
+        return Delta(
+            tuple(ready), tuple(delayed), tuple(blocked), tuple(doomed), tuple(claimed),
+            tuple(released), tuple(finished), tuple(dead), tuple(progress), tuple(counted),
         )  # fmt: skip
-        return delta
