@@ -4,12 +4,12 @@ snerd is pure Python. A wheel build (``pip install .``, ``pip wheel .``) also co
 the fold's modules (``PURE``: the typed events, the rules, the bulk folder, the
 counters, the engine's incremental folder and the heaps and maps it keeps; and what
 every task passes through: the task record's reader and writer, its timestamps and cron
-schedules, what a fold changed, the decisions, the queries and plan that pick claims,
-the enqueue options' reader, and the wire's parser and encoders, as pure as the core:
-the ``pure-wire`` contract of pyproject.toml) and the engine with its dispatcher
-(``GLUE``) to C extensions with mypyc, the compiler that ships with mypy (black and mypy
-itself are built the same way): the same source, type-checked, about 1.5x faster where a
-start-up replays a long log, and about 30% fewer instructions a task
+schedules, the state's type, what a fold changed, the decisions, the queries and plan
+that pick claims, the enqueue options' reader, and the wire's parser and encoders, as
+pure as the core: the ``pure-wire`` contract of pyproject.toml) and the engine with its
+dispatcher (``GLUE``) to C extensions with mypyc, the compiler that ships with mypy
+(black and mypy itself are built the same way): the same source, type-checked, about
+1.5x faster where a start-up replays a long log, and about 30% fewer instructions a task
 (``benchmarks/README.md``). The interpreted modules stay in the wheel, and nothing else
 changes. A class that must stay a Python class in a compiled module (built by
 ``slots.fast_init``, subclassed) must be kept one: any decorator mypyc does not know
@@ -52,6 +52,7 @@ PURE = (
     "snerd/projections/task.py",
     "snerd/projections/schedule.py",
     "snerd/projections/delta.py",
+    "snerd/projections/queue_state.py",
     "snerd/rpc/protocol.py",
 )
 """Modules a purity contract of pyproject.toml holds (``pure-core``, ``pure-wire``)."""

@@ -50,7 +50,6 @@ from snerd.projections.rules import phase_for
 from snerd.projections.state import (
     DeadLetter,
     QueueState,
-    build_state,
     lane_key,
     timer_key,
 )
@@ -138,20 +137,20 @@ class Folder(Tables):
                     lanes = assoc(lanes, lane, cleaned)
             self.lanes = lanes
         timers: heap.Heap = self.timers
-        state: QueueState = build_state(
-            tasks=tasks,
-            dlq=self.dlq,
-            lanes=self.lanes,
-            timers=timers if timers is None else _clean(timers, tasks, DELAYED),
-            refs=self.refs,
-            doomed=self.doomed,
-            fingerprints=self.fingerprints,
-            windows=self.windows,
-            by_daemon=self.by_daemon,
-            totals=self.totals,
-            n=self.n,
-            last_seq=self.last_seq,
-            invalid=self.invalid,
+        state = QueueState(
+            tasks,
+            self.dlq,
+            self.lanes,
+            timers if timers is None else _clean(timers, tasks, DELAYED),
+            self.refs,
+            self.doomed,
+            self.fingerprints,
+            self.windows,
+            self.by_daemon,
+            self.totals,
+            self.n,
+            self.last_seq,
+            self.invalid,
         )
         return state, self.delta.freeze()
 

@@ -1,12 +1,12 @@
 """Fast construction and copy of frozen, slotted classes (the fold's hot objects).
 
 A frozen dataclass's ``__init__`` writes each field through ``object.__setattr__``, and
-``dataclasses.replace`` goes through ``__init__`` again; the fold builds a
-:class:`~snerd.projections.state.QueueState` on every fold. :func:`fast_init`
-generates, for such a class, a copy (``with_(obj, field=value, ...)``) and a
-constructor (keyword-only, the same defaults), as ``namedtuple`` generates its code.
-:func:`freeze` makes a plain slotted class (the :class:`~snerd.projections.task.Task`,
-native in a wheel's compiled build) frozen the same way where it is interpreted.
+``dataclasses.replace`` goes through ``__init__`` again; every task builds a handler's
+job. :func:`fast_init` generates, for such a class, a copy (``with_(obj, field=value,
+...)``) and a constructor (keyword-only, the same defaults), as ``namedtuple``
+generates its code. :func:`freeze` makes a plain slotted class (the task, the queue
+state, a fold's delta: native classes in a wheel's compiled build) frozen the same way
+where it is interpreted.
 
 Both fill a *twin*: a plain class with the very same ``__slots__`` (so the same memory
 layout), whose slots take ordinary attribute stores, the interpreter's fastest write;

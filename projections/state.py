@@ -26,18 +26,18 @@ Indexes and what they hold (all derived from ``tasks`` and ``dlq``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from immutables import Map
 
 from snerd.projections import heap
-from snerd.projections.counters import NO_TOTALS, CounterKey, Hist, HistKey, Totals
+from snerd.projections.counters import CounterKey, Hist, HistKey, Totals
 from snerd.projections.delta import NO_CHANGE, Delta, DeltaBuilder
 from snerd.projections.events import Record, decode
 from snerd.projections.pmaps import IdSet, assoc, get, id_set
+from snerd.projections.queue_state import QueueState, with_state
 from snerd.projections.rules import phase_for
-from snerd.projections.slots import fast_init
 from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, rebooked
 
 
@@ -50,39 +50,6 @@ class DeadLetter:
     reason: str
     error: str | None
     at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class QueueState:
-    """The whole projection. Build one with :func:`empty` or :func:`from_tables`."""
-
-    tasks: Map[str, Task] = field(default_factory=Map)
-    dlq: Map[str, DeadLetter] = field(default_factory=Map)
-    lanes: Map[Lane, heap.Heap] = field(default_factory=Map)
-    timers: heap.Heap = None
-    refs: Map[str, IdSet[str]] = field(default_factory=Map)
-    doomed: IdSet[str] = field(default_factory=Map)
-    fingerprints: Map[str, IdSet[str]] = field(default_factory=Map)
-    windows: Map[str, tuple[float, ...]] = field(default_factory=Map)
-    by_daemon: Map[str, IdSet[str]] = field(default_factory=Map)
-    totals: Totals = NO_TOTALS  # the counters and histograms, summed when read
-    n: int = 0  # records folded: the source of FIFO order
-    last_seq: int = 0
-    invalid: int = 0  # records the fold could not use (reported, never fatal)
-
-    @property
-    def counters(self) -> Map[CounterKey, int]:
-        """Counts by (metric, task type) since the log began."""
-        return self.totals.counters
-
-    @property
-    def histograms(self) -> Map[HistKey, Hist]:
-        """Latency and run-time histograms by (name, task type) since the log began."""
-        return self.totals.histograms
-
-
-_, build_state = fast_init(QueueState)
-"""``QueueState(...)`` with every field given, built faster (one per fold)."""
 
 
 def empty() -> QueueState:
@@ -162,9 +129,7 @@ def _with_phase(task: Task, phase: str) -> Task:
 
 
 def _replace(state: QueueState, **changes: Any) -> QueueState:
-    from dataclasses import replace
-
-    return replace(state, **changes)
+    return with_state(state, **changes)
 
 
 def from_tables(

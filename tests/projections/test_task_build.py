@@ -188,24 +188,30 @@ def test_freeze_refuses_an_init_it_cannot_forward() -> None:
         freeze(Starred)
 
 
-def _state() -> dict[str, Any]:
+def test_the_state_holds_what_it_is_given_refuses_assignment_and_copies() -> None:
+    import pickle
+
+    from immutables import Map
+
+    from snerd.projections import heap
+    from snerd.projections.queue_state import FIELDS as STATE_FIELDS
+    from snerd.projections.queue_state import with_state
     from snerd.projections.state import QueueState
 
-    given = {f.name: getattr(QueueState(), f.name) for f in dataclasses.fields(QueueState)}
-    given.update(n=7, last_seq=9, invalid=2, timers=(1, (0.0, 1, "a"), None, None))
-    return given
-
-
-_STATE = _state()
-
-
-def test_build_state_sets_every_field_as_the_dataclass_does() -> None:
-    from snerd.projections.state import QueueState, build_state
-
-    given = _STATE
-    built, expected = build_state(**given), QueueState(**given)
-    assert built == expected
-    assert all(getattr(built, name) is value for name, value in given.items())
+    given = {name: getattr(QueueState(), name) for name in STATE_FIELDS}
+    given.update(n=7, last_seq=9, invalid=2, timers=heap.from_keys([(0.0, 1, "a")]),
+                 tasks=Map({"a": Task(id="a", type="b")}))  # fmt: skip
+    state = QueueState(**given)
+    assert all(getattr(state, name) is value for name, value in given.items())
+    assert QueueState(*given.values()) == state
+    assert state != QueueState() and hash(QueueState()) == hash(QueueState())
+    with pytest.raises(AttributeError):  # FrozenInstanceError, or a compiled read-only
+        state.n = 8  # type: ignore[misc]
+    assert with_state(state, n=3) == QueueState(**{**given, "n": 3})
+    with pytest.raises(AttributeError):
+        with_state(state, colour="red")
+    assert pickle.loads(pickle.dumps(state)) == state
+    assert repr(QueueState()).startswith("QueueState(tasks=immutables.Map({}), dlq=")
 
 
 def test_classes_with_post_init_are_refused() -> None:
@@ -222,13 +228,20 @@ def test_classes_with_post_init_are_refused() -> None:
         fast_init(Checked)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Pair:
+    x: int
+    y: str = "y"
+
+
 def test_the_descriptor_fallback_builds_the_same_objects() -> None:
     from snerd.projections.slots import fast_init
-    from snerd.projections.state import QueueState
 
-    slow_with, slow_build = fast_init(QueueState, twin=False)
-    assert slow_build(**_STATE) == QueueState(**_STATE)
-    assert slow_with(QueueState(), n=3, last_seq=4) == QueueState(n=3, last_seq=4)
+    for twin in (True, False):
+        fast_with, fast_build = fast_init(_Pair, twin=twin)
+        assert (fast_build(x=1), fast_build(x=2, y="z")) == (_Pair(1), _Pair(2, "z"))
+        assert fast_with(_Pair(1), y="w") == _Pair(1, "w")
+        assert type(fast_build(x=1)) is _Pair
 
 
 @given(st.none() | st.floats(allow_nan=False), st.none() | st.floats(allow_nan=False))
