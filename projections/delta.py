@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from snerd.projections.slots import freeze
+from snerd.projections.slots import field_repr, field_values, freeze
 
 _TUPLES: Final = (
     "ready",
@@ -54,20 +54,16 @@ class Delta:
         self.counted: Final = counted  # (metric, event): what counters to bump
         self.reset: Final = reset  # the whole state was rebuilt
 
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in FIELDS)
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Delta):
             return NotImplemented
-        return self._values() == other._values()
+        return field_values(self, FIELDS) == field_values(other, FIELDS)
 
     def __hash__(self) -> int:
-        return hash(self._values())
+        return hash(field_values(self, FIELDS))
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELDS)
-        return f"Delta({shown})"
+        return field_repr(self, FIELDS)
 
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in FIELDS)

@@ -16,7 +16,7 @@ from immutables import Map
 from snerd.projections import heap
 from snerd.projections.counters import NO_TOTALS, CounterKey, Hist, HistKey, Totals
 from snerd.projections.pmaps import IdSet
-from snerd.projections.slots import freeze
+from snerd.projections.slots import field_repr, field_values, freeze
 from snerd.projections.task import Lane, Task
 
 if TYPE_CHECKING:  # (state.py imports this module: the type only)
@@ -79,23 +79,19 @@ class QueueState:
         self.last_seq: Final = last_seq
         self.invalid: Final = invalid  # records the fold could not use (reported)
 
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in FIELDS)
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QueueState):
             return NotImplemented
-        return self._values() == other._values()
+        return field_values(self, FIELDS) == field_values(other, FIELDS)
 
     def __hash__(self) -> int:
-        return hash(self._values())
+        return hash(field_values(self, FIELDS))
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELDS)
-        return f"QueueState({shown})"
+        return field_repr(self, FIELDS)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return QueueState, self._values()
+        return QueueState, field_values(self, FIELDS)
 
     @property
     def counters(self) -> Map[CounterKey, int]:

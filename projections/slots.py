@@ -111,6 +111,18 @@ def freeze(cls: type, *, inline: bool = False) -> None:
     setattr(cls, "__delattr__", _refuse_delete)  # noqa: B010
 
 
+def field_values(obj: object, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """The values of ``obj``'s fields ``names``, in that order (a plain value class's
+    equality, hash and pickle)."""
+    return tuple(getattr(obj, name) for name in names)
+
+
+def field_repr(obj: object, names: tuple[str, ...]) -> str:
+    """``Class(name=value, ...)``, as a dataclass's ``repr`` shows its fields."""
+    shown = ", ".join(f"{name}={getattr(obj, name)!r}" for name in names)
+    return f"{type(obj).__name__}({shown})"
+
+
 def _stores_only(init: Callable[..., Any], twin: type, args: list[str], names: list[str]) -> bool:
     """Whether ``init`` does nothing but store each parameter in the slot of its name
     (asked of it once, with a fresh object for each parameter, on a twin)."""

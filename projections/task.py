@@ -17,7 +17,7 @@ from pyrsistent import pmap
 from snerd.errors import EventError
 from snerd.projections import fields as ev
 from snerd.projections.schedule import format_instant, parse_instant, snerdmq_cron
-from snerd.projections.slots import freeze
+from snerd.projections.slots import field_repr, field_values, freeze
 
 # Phases of a live task inside the projection.
 READY: Final = "ready"  # runnable now: in its lane's heap
@@ -192,11 +192,10 @@ class Task:
         return hash(self._key())
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELDS)
-        return f"Task({shown})"
+        return field_repr(self, FIELDS)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Task, tuple(getattr(self, name) for name in FIELDS)
+        return Task, field_values(self, FIELDS)
 
     @property
     def task_type(self) -> str:
