@@ -53,7 +53,17 @@ from snerd.projections.state import (
     lane_key,
     timer_key,
 )
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Claim, Lane, Task, rebooked
+from snerd.projections.task import (
+    ACTIVE,
+    BLOCKED,
+    DELAYED,
+    READY,
+    Claim,
+    Lane,
+    Task,
+    rebooked,
+    with_phase,
+)
 
 
 class Folder(Tables):
@@ -252,9 +262,7 @@ class Folder(Tables):
                 self.delta.doomed.append(task.id)
         elif self.any_doomed:
             self.doomed = set_discard(self.doomed, task.id)
-        if task.phase == phase:
-            return task
-        return rebooked(task, task.order, phase, task.attempt, task.claim, task.progress)
+        return task if task.phase == phase else with_phase(task, phase)
 
     def _index(self, task: Task) -> None:
         self._index_phase(task)

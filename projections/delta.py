@@ -66,7 +66,7 @@ class Delta:
         return field_repr(self, FIELDS)
 
     def __bool__(self) -> bool:
-        return any(getattr(self, name) for name in FIELDS)
+        return any(field_values(self, FIELDS))
 
     @property
     def wakes_dispatch(self) -> bool:

@@ -16,7 +16,7 @@ from immutables import Map
 from snerd.projections import heap
 from snerd.projections.counters import NO_TOTALS, CounterKey, Hist, HistKey, Totals
 from snerd.projections.pmaps import IdSet
-from snerd.projections.slots import field_repr, field_values, freeze
+from snerd.projections.slots import field_repr, field_values, freeze, replaced
 from snerd.projections.task import Lane, Task
 
 if TYPE_CHECKING:  # (state.py imports this module: the type only)
@@ -109,8 +109,4 @@ freeze(QueueState, inline=True)
 
 def with_state(state: QueueState, **changes: Any) -> QueueState:
     """The state with those fields changed (``AttributeError`` for a name it has not)."""
-    unknown = set(changes).difference(FIELDS)
-    if unknown:
-        raise AttributeError(f"QueueState has no field {', '.join(sorted(unknown))}")
-    return QueueState(*[changes[name] if name in changes else getattr(state, name)
-                        for name in FIELDS])  # fmt: skip
+    return replaced(state, FIELDS, changes)

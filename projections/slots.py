@@ -123,6 +123,17 @@ def field_repr(obj: object, names: tuple[str, ...]) -> str:
     return f"{type(obj).__name__}({shown})"
 
 
+def replaced(obj: T, names: tuple[str, ...], changes: dict[str, Any]) -> T:
+    """``obj``'s class built again from its fields ``names`` (its constructor's order),
+    ``changes`` over them; ``AttributeError`` for a name it has not (a value class's
+    rare copy: its hot copies name their fields)."""
+    unknown = set(changes).difference(names)
+    if unknown:
+        raise AttributeError(f"{type(obj).__name__} has no field {', '.join(sorted(unknown))}")
+    values = [changes[name] if name in changes else getattr(obj, name) for name in names]
+    return type(obj)(*values)
+
+
 def _stores_only(init: Callable[..., Any], twin: type, args: list[str], names: list[str]) -> bool:
     """Whether ``init`` does nothing but store each parameter in the slot of its name
     (asked of it once, with a fresh object for each parameter, on a twin)."""

@@ -38,7 +38,7 @@ from snerd.projections.events import Record, decode
 from snerd.projections.pmaps import IdSet, assoc, get, id_set
 from snerd.projections.queue_state import QueueState, with_state
 from snerd.projections.rules import phase_for
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, rebooked
+from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, with_phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +103,14 @@ def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
         if due > now:
             break
         timers = heap.pop(timers)
-        task = _with_phase(task, READY)
+        task = with_phase(task, READY)
         tasks = assoc(tasks, task_id, task)
         lane = task.lane
         lanes = assoc(lanes, lane, heap.push(get(lanes, lane), lane_key(task)))
         delta.ready.append(task_id)
     if not delta:
         return state, NO_CHANGE
-    new = _replace(state, tasks=tasks, timers=timers, lanes=lanes)
+    new = with_state(state, tasks=tasks, timers=timers, lanes=lanes)
     return new, delta.freeze()
 
 
@@ -122,14 +122,6 @@ def lane_key(task: Task) -> tuple[float, int, str]:
 def timer_key(task: Task) -> tuple[float, int, str]:
     """Earliest first, then FIFO by order."""
     return (task.not_before or 0.0, task.order, task.id)
-
-
-def _with_phase(task: Task, phase: str) -> Task:
-    return rebooked(task, task.order, phase, task.attempt, task.claim, task.progress)
-
-
-def _replace(state: QueueState, **changes: Any) -> QueueState:
-    return with_state(state, **changes)
 
 
 def from_tables(
@@ -160,7 +152,7 @@ def from_tables(
         if task.phase != ACTIVE:
             phase, is_doomed = phase_for(task, tasks, dlq)
             if phase != task.phase:
-                task = _with_phase(task, phase)
+                task = with_phase(task, phase)
             if is_doomed:
                 doomed.add(task.id)
         final[task.id] = task

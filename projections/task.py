@@ -17,7 +17,7 @@ from pyrsistent import pmap
 from snerd.errors import EventError
 from snerd.projections import fields as ev
 from snerd.projections.schedule import format_instant, parse_instant, snerdmq_cron
-from snerd.projections.slots import field_repr, field_values, freeze
+from snerd.projections.slots import field_repr, field_values, freeze, replaced
 
 # Phases of a live task inside the projection.
 READY: Final = "ready"  # runnable now: in its lane's heap
@@ -225,7 +225,6 @@ class Task:
 
 freeze(Task, inline=True)
 
-_FIELD_SET: Final = frozenset(FIELDS)
 
 def rebooked(
     task: Task, order: int, phase: str, attempt: int, claim: Claim | None, progress: Any
@@ -267,10 +266,12 @@ def rebooked(
 
 def with_(task: Task, **changes: Any) -> Task:
     """The task with those fields changed (``AttributeError`` for a name it has not)."""
-    if not _FIELD_SET.issuperset(changes):
-        unknown = ", ".join(sorted(set(changes) - _FIELD_SET))
-        raise AttributeError(f"Task has no field {unknown}")
-    return Task(*[changes[name] if name in changes else getattr(task, name) for name in FIELDS])
+    return replaced(task, FIELDS, changes)
+
+
+def with_phase(task: Task, phase: str) -> Task:
+    """The task in ``phase``, the rest of its bookkeeping as it is."""
+    return rebooked(task, task.order, phase, task.attempt, task.claim, task.progress)
 
 
 def _number(value: Any, name: str, default: float, *, low: float = -_MAX_EXACT) -> float:
