@@ -6,14 +6,15 @@ counters, the engine's incremental folder and the heaps and maps it keeps; and w
 every task passes through: the task record's reader and writer, its timestamps and cron
 schedules, the state's type, what a fold changed, the decisions, the queries and plan
 that pick claims, the enqueue options' reader, and the wire's parser and encoders, as
-pure as the core: the ``pure-wire`` contract of pyproject.toml) and the engine with its
-dispatcher (``GLUE``) to C extensions with mypyc, the compiler that ships with mypy
-(black and mypy itself are built the same way): the same source, type-checked, about
-1.5x faster where a start-up replays a long log, and about 30% fewer instructions a task
-(``benchmarks/README.md``). The interpreted modules stay in the wheel, and nothing else
-changes. A class that must stay a Python class in a compiled module (built by
-``slots.fast_init``, subclassed) must be kept one: any decorator mypyc does not know
-does that.
+pure as the core: the ``pure-wire`` contract of pyproject.toml) and the glue every task
+passes through (``GLUE``: the engine with its dispatcher, the log's codec and checksum
+chain, the daemon's request handlers and stdout writer) to C extensions with mypyc, the
+compiler that ships with mypy (black and mypy itself are built the same way): the same
+source, type-checked, about 1.5x faster where a start-up replays a long log, and about
+35% fewer instructions a task (``benchmarks/README.md``). The interpreted modules stay
+in the wheel, and nothing else changes. A class that must stay a Python class in a
+compiled module (built by ``slots.fast_init``, subclassed) must be kept one: any
+decorator mypyc does not know does that.
 
 Not compiled:
 
@@ -54,19 +55,30 @@ PURE = (
     "snerd/projections/delta.py",
     "snerd/projections/queue_state.py",
     "snerd/rpc/protocol.py",
+    "snerd/rpc/replies.py",
 )
 """Modules a purity contract of pyproject.toml holds (``pure-core``, ``pure-wire``)."""
 
 GLUE = (
     "snerd/dispatcher/engine.py",
     "snerd/dispatcher/dispatch.py",
+    "snerd/eventlog/chain.py",
+    "snerd/eventlog/codec.py",
+    "snerd/rpc/output.py",
+    "snerd/rpc/handlers.py",
 )
-"""The engine and its dispatcher: the glue every task passes through several times (its
-enqueue, claim, start and outcome), about a tenth of a task's instructions in the wheel
-(``benchmarks/README.md``, eighteenth session). Their classes are native, whose
-methods nothing can replace, and their calls into the pure core are direct: the tests
-observe them through their attributes, their observers and the log (those that must
-wrap a method or ``dispatch.plan`` skip in the compiled pass, saying why)."""
+"""The glue every task passes through several times: the engine and its dispatcher (its
+enqueue, claim, start and outcome; about a tenth of a task's instructions in the wheel,
+``benchmarks/README.md``, eighteenth session), the log's record codec and checksum
+chain (every line written), and the daemon's request handlers and stdout writer (every
+line answered; with ``replies.py``, ~6% of the daemon's instructions a task, twenty-first
+session). Their classes are native, whose methods nothing can replace, and their calls
+into the pure core are direct; the handlers take the engine and the writer themselves,
+no stand-in: the tests observe them through their attributes, their observers and the
+log (those that must wrap a method, ``dispatch.plan``, or stand in for one of them skip
+in the compiled pass, saying why). Compiled code evaluates a slice's bounds twice
+(mypyc 2.4: ``view[os.write(fd, view):]`` wrote every line twice): no call with an
+effect in a slice here."""
 
 COMPILED = PURE + GLUE
 _BUILDS = ("bdist_wheel", "build_ext", "build")

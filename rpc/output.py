@@ -60,7 +60,8 @@ class Output:
             return
         view = memoryview(line)
         while view:
-            view = view[os.write(self._fd, view) :]
+            n = os.write(self._fd, view)  # (not in the slice: compiled, it ran twice)
+            view = view[n:]
 
     def write_now(self, line: bytes) -> None:
         """Write ``line`` at once (after the lines written before it), not at the end of

@@ -19,7 +19,7 @@ import setup  # noqa: E402  (setup.py: COMPILED and ext_modules, no setup() on i
 sys.path.remove(str(ROOT))
 
 
-PURE = ("snerd/projections/", "snerd/rpc/protocol.py")
+PURE = ("snerd/projections/", "snerd/rpc/protocol.py", "snerd/rpc/replies.py")
 """Where the pure part of the compiled core lives: what pyproject.toml's contracts keep
 pure (``pure-core``, ``pure-wire``)."""
 
@@ -30,8 +30,12 @@ def test_the_compiled_modules_are_the_pure_core_and_the_engine() -> None:
         assert (ROOT / path).is_file(), path
         assert path.startswith(PURE), path
         module = importlib.import_module(path[:-3].replace("/", "."))
-        assert module.__name__.startswith(("snerd.projections.", "snerd.rpc.protocol"))
-    assert setup.GLUE == ("snerd/dispatcher/engine.py", "snerd/dispatcher/dispatch.py")
+        assert module.__name__.startswith(("snerd.projections.", "snerd.rpc."))
+    assert setup.GLUE == (
+        "snerd/dispatcher/engine.py", "snerd/dispatcher/dispatch.py",
+        "snerd/eventlog/chain.py", "snerd/eventlog/codec.py",
+        "snerd/rpc/output.py", "snerd/rpc/handlers.py",
+    )  # fmt: skip
 
 
 def test_the_pure_modules_are_under_a_purity_contract() -> None:
