@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 from snerd.rpc.output import Output
 
@@ -81,3 +82,18 @@ async def test_flush_sends_what_waits_for_the_turn_in_one_write_now() -> None:
     finally:
         await out.close()
         os.close(fd)
+
+
+async def test_a_regular_file_gets_each_line_once_in_order(tmp_path: Path) -> None:
+    """stdout redirected to a file: plain writes, every byte once (compiled, a write
+    inside a slice's bound once ran twice: each line went out twice)."""
+    path = tmp_path / "out.jsonl"
+    with path.open("wb", buffering=0) as stream:
+        out = await Output.open(stream)
+        assert out._transport is None
+        lines = [b'{"n":%d}\n' % i for i in range(3)] + [b"x" * (1 << 17) + b"\n"]
+        for line in lines:
+            out.write(line)
+        out.write_now(b"last\n")
+        await out.close()
+    assert path.read_bytes() == b"".join(lines) + b"last\n"
