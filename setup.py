@@ -64,21 +64,23 @@ GLUE = (
     "snerd/dispatcher/dispatch.py",
     "snerd/eventlog/chain.py",
     "snerd/eventlog/codec.py",
+    "snerd/eventlog/batch.py",
     "snerd/rpc/output.py",
     "snerd/rpc/handlers.py",
 )
 """The glue every task passes through several times: the engine and its dispatcher (its
 enqueue, claim, start and outcome; about a tenth of a task's instructions in the wheel,
-``benchmarks/README.md``, eighteenth session), the log's record codec and checksum
-chain (every line written), and the daemon's request handlers and stdout writer (every
-line answered; with ``replies.py``, ~6% of the daemon's instructions a task, twenty-first
-session). Their classes are native, whose methods nothing can replace, and their calls
-into the pure core are direct; the handlers take the engine and the writer themselves,
-no stand-in: the tests observe them through their attributes, their observers and the
-log (those that must wrap a method, ``dispatch.plan``, or stand in for one of them skip
-in the compiled pass, saying why). Compiled code evaluates a slice's bounds twice
-(mypyc 2.4: ``view[os.write(fd, view):]`` wrote every line twice): no call with an
-effect in a slice here."""
+``benchmarks/README.md``, eighteenth session); the log's record codec, its checksum
+chain and the writer's steps over a batch that do no I/O (every line written); the
+daemon's request handlers and stdout writer (every line answered). With ``replies.py``,
+these last five took ~5% off the daemon's instructions a task (twenty-first session).
+Their classes are native, whose methods nothing can replace, and their calls into the
+pure core are direct; the handlers take the engine and the writer themselves, no
+stand-in: the tests observe them through their attributes, their observers and the log
+(those that must wrap a method, ``dispatch.plan``, or stand in for one of them skip in
+the compiled pass, saying why). Compiled code evaluates a slice's bounds twice (mypyc
+2.4: ``view[os.write(fd, view):]`` wrote every line twice): no call with an effect in
+a slice here."""
 
 COMPILED = PURE + GLUE
 _BUILDS = ("bdist_wheel", "build_ext", "build")

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import time
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, TypeVar, cast
@@ -44,16 +44,22 @@ from snerd.eventlog.base import (
     SkippedLine,
     StorageUnavailable,
 )
-from snerd.eventlog.chain import FIELD as CHAIN_FIELD
+from snerd.eventlog.batch import (
+    DELIVERY_BATCH,
+    Request,
+    call_hooks,
+    decide,
+    fail_all,
+    resolve,
+    settle,
+    stamp,
+    units,
+)
 from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
 from snerd.eventlog.codec import (
-    FORMAT,
     FORMAT_FIELD,
-    MAX_SEQ,
     Decoded,
-    encode_bodies,
-    encode_body,
     max_seq,
 )
 from snerd.eventlog.history import SNAPSHOT_EVENT
@@ -61,9 +67,6 @@ from snerd.eventlog.history import SNAPSHOT_EVENT
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-
-DELIVERY_BATCH = 4096
-"""Most records handed to ``on_records`` in one call during replay and catch-up."""
 
 BACKOFF_MIN = 0.05
 BACKOFF_MAX = 5.0
@@ -86,16 +89,6 @@ class _Resume:
     snapshot: int = 0  # snapshot records still to come after the header
 
 
-@dataclass(slots=True)
-class _Request:
-    command: Command[Any] | None  # None: a plain append of ``records``
-    records: Sequence[Record]
-    durable: bool
-    future: asyncio.Future[Any]
-    on_durable: Callable[[Any], None] | None = None  # see :meth:`BatchingLog.submit`
-    then: Callable[[asyncio.Future[Any]], None] | None = None  # called once, when done
-
-
 class BatchingLog(EventLog):
     """Base of the concrete logs: delivery, counters, fail-stop, group commit."""
 
@@ -116,7 +109,7 @@ class BatchingLog(EventLog):
         self._block_left = 0
         self._block_origin: bytes | None = None
         self._listener: LogListener | None = None
-        self._queue: list[_Request] = []
+        self._queue: list[Request] = []
         self._writing = False  # a writer is due to start, or running (:meth:`_drain`)
         self._writer: asyncio.Task[None] | None = None  # the writer, once it waits on I/O
         self._start: asyncio.Handle | None = None  # the writer's start, when due
@@ -330,7 +323,7 @@ class BatchingLog(EventLog):
         self._fault = None
         self._backoff = BACKOFF_MIN
 
-    def _run_degraded(self, batch: list[_Request]) -> None:
+    def _run_degraded(self, batch: list[Request]) -> None:
         """Run a batch with no I/O while writes are refused: a command that appends
         nothing (a read) gets its result from the current state; one that would
         append is refused with :class:`StorageUnavailable`."""
@@ -340,14 +333,14 @@ class BatchingLog(EventLog):
             f" (next write attempt in {wait:.2f}s)"
         )
         for req in batch:
-            decided = _decide(req)
+            decided = decide(req)
             if decided is not None:
                 records, result = decided
                 if records:
                     req.future.set_exception(why)
                 else:
                     req.future.set_result(result)
-            _settle(req)
+            settle(req)
 
     # -------------------------------------------------------------- delivery
 
@@ -548,7 +541,7 @@ class BatchingLog(EventLog):
             self._check_usable()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._queue.append(_Request(command, records, durable, future, on_durable, then))
+        self._queue.append(Request(command, records, durable, future, on_durable, then))
         self.submitted += 1
         if then is not None:
             self._thens += 1
@@ -612,15 +605,15 @@ class BatchingLog(EventLog):
                     try:  # drop what never reached the storage before anyone reads on
                         await self._recover_if_due()
                     finally:
-                        _fail_all(batch, exc)
+                        fail_all(batch, exc)
                 except BaseException as exc:
                     self._fail(exc)
-                    _fail_all(batch, exc)
+                    fail_all(batch, exc)
                     if not isinstance(exc, Exception):
                         raise
             if self._queue:
                 assert self._failure is not None
-                _fail_all(self._queue, self._failure)
+                fail_all(self._queue, self._failure)
                 self._queue, self._thens = [], 0
         finally:
             self._writing = False
@@ -638,7 +631,7 @@ class BatchingLog(EventLog):
             self._fail(exc)
             return False
 
-    async def _run_batch(self, batch: list[_Request], thens: bool) -> bool:
+    async def _run_batch(self, batch: list[Request], thens: bool) -> bool:
         """Run the batch under the lock; return whether it wrote anything.
 
         A batch is made durable (fsync) when any request in it asks for durability and
@@ -661,11 +654,11 @@ class BatchingLog(EventLog):
         if all(req.command is None and not req.records for req in batch):
             await self._run_syncs(batch)
             return False
-        done: list[tuple[_Request, Any]] = []
+        done: list[tuple[Request, Any]] = []
         durable = staged = wrote = waiting = hooked = False
         self._batch_size = len(batch)
         async with self._exclusive():
-            for group, records, wants_sync, has_hook in _units(batch):
+            for group, records, wants_sync, has_hook in units(batch):
                 if waiting and self.SPLIT_FLUSH and not wants_sync:
                     await self._commit(True)
                     self._answer(done, hooked)
@@ -682,7 +675,7 @@ class BatchingLog(EventLog):
             self._answer(done, hooked)  # under the lock: heard before anything another writer adds
         if thens:
             for req in batch:  # every one is done by now: its ``then``, the lock let go
-                _settle(req)
+                settle(req)
         return staged or wrote
 
     async def _commit(self, durable: bool) -> None:
@@ -698,19 +691,19 @@ class BatchingLog(EventLog):
         self.commits += 1
         self._synced(durable)
 
-    def _answer(self, done: list[tuple[_Request, Any]], hooked: bool) -> None:
+    def _answer(self, done: list[tuple[Request, Any]], hooked: bool) -> None:
         """After a flush: the ``on_durable`` hooks first (the daemon's acks; ``hooked``:
         whether any request of the batch has one), then the listener hears the records
         it carried, then the futures resolve."""
         if hooked:
-            _call_hooks(done)
+            call_hooks(done)
         self._deliver_held()
-        _resolve(done)
+        resolve(done)
 
-    def _run_one(self, req: _Request, done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:
+    def _run_one(self, req: Request, done: list[tuple[Request, Any]]) -> tuple[bool, bool]:
         """Run one request under the lock: decide, stamp, hold and stage its records;
         return (whether it staged lines, whether it asks for a sync)."""
-        decided = _decide(req)
+        decided = decide(req)
         if decided is None:
             return False, False
         records, result = decided
@@ -725,9 +718,9 @@ class BatchingLog(EventLog):
         done.append((req, result))
         return bool(lines), req.durable and (bool(lines) or req.command is None)
 
-    def _run_appends(self, group: list[_Request], records: list[Record] | None, durable: bool,
-                     done: list[tuple[_Request, Any]]) -> tuple[bool, bool]:  # fmt: skip
-        """:meth:`_run_one` for a unit of :func:`_units`: one request (``records``
+    def _run_appends(self, group: list[Request], records: list[Record] | None, durable: bool,
+                     done: list[tuple[Request, Any]]) -> tuple[bool, bool]:  # fmt: skip
+        """:meth:`_run_one` for a unit of :func:`units`: one request (``records``
         None), or consecutive plain appends (their ``records``, and whether any is
         ``durable``) stamped and delivered as one (the same records, seqs and lines;
         one listener call); when any of them cannot be encoded, each on its own, so
@@ -747,7 +740,7 @@ class BatchingLog(EventLog):
         done.extend(zip(group, repeat(None)))
         return True, durable
 
-    async def _run_syncs(self, batch: list[_Request]) -> None:
+    async def _run_syncs(self, batch: list[Request]) -> None:
         """A batch of syncs only (:meth:`sync`, the timer of :meth:`_synced`): one sync
         of what is written, without the lock (:meth:`_sync_only`)."""
         waiting = [req for req in batch if not req.future.done()]
@@ -759,7 +752,7 @@ class BatchingLog(EventLog):
             if not req.future.done():
                 req.future.set_result(None)
         for req in batch:
-            _settle(req)
+            settle(req)
 
     def _synced(self, durable: bool) -> None:
         """After a flush: a durable one covers every line written before it; lines
@@ -806,21 +799,10 @@ class BatchingLog(EventLog):
     def _stamp(self, records: Sequence[Record]) -> tuple[list[Record], list[bytes]]:
         """Copies of ``records`` with consecutive seq numbers, and their lines, each
         sealed with its checksum (the chain head moves only if all of them encode)."""
-        seq = self._last_seq
-        if seq + len(records) > MAX_SEQ:  # unreachable by appends alone: 2**53 records
-            raise LogError(f"seq would pass {MAX_SEQ}; compact the log into a new one")
-        stamped: list[Record] = []
-        for r in records:
-            if not isinstance(r, dict):
-                raise LogError(f"a record must be a dict, got {type(r).__name__}")
-            seq += 1
-            rec = {**r, "seq": seq}
-            rec.pop(CHAIN_FIELD, None)  # only this layer writes it, always last
-            stamped.append(rec)
-        bodies = encode_bodies(stamped)
-        if stamped and self._last_seq == 0 and self._records == 0:  # a new log says its format
-            bodies[0] = encode_body({**stamped[0], FORMAT_FIELD: FORMAT})
-        self._chain_head, lines = self.chain.seal_all(self._chain_head, bodies)
+        fresh = self._last_seq == 0 and self._records == 0  # a new log says its format
+        stamped, lines, self._chain_head = stamp(
+            records, self._last_seq, fresh, self.chain, self._chain_head
+        )
         return stamped, lines
 
     def _hold(self, stamped: list[Record]) -> None:
@@ -869,96 +851,3 @@ def _resumed(
             awaited = drain.send(None)
         except StopIteration:
             return
-
-
-def _decide(req: _Request) -> tuple[Sequence[Record], Any] | None:
-    """The request's records and result: its command's, run now (under the lock), or its
-    plain records. None when there is nothing to do: the caller was cancelled before its
-    turn, or its command raised (that caller gets the exception, nobody else)."""
-    if req.future.done():
-        return None
-    if req.command is None:
-        return req.records, None
-    try:
-        return req.command()
-    except Exception as exc:
-        req.future.set_exception(exc)
-        return None
-
-
-def _resolve(done: list[tuple[_Request, Any]]) -> None:
-    """Resolve the futures of a flush's requests with their results."""
-    for req, result in done:
-        if not req.future.done():
-            req.future.set_result(result)
-
-
-def _settle(req: _Request) -> None:
-    """Call a done request's ``then``, once (what it raises is logged)."""
-    then = req.then
-    if then is not None:
-        req.then = None
-        try:
-            then(req.future)
-        except Exception:
-            log.exception("a request's callback failed")
-
-
-def _call_hooks(done: list[tuple[_Request, Any]]) -> None:
-    """The ``on_durable`` hooks of a flush's durable requests (a request a command
-    refused, or whose caller gave up, is skipped)."""
-    for req, result in done:
-        if req.on_durable is not None and req.durable and not req.future.done():
-            try:
-                req.on_durable(result)
-            except Exception:
-                log.exception("a durable request's on_durable failed")
-
-
-_Unit = tuple[list[_Request], list[Record] | None, bool, bool]
-"""What :func:`_units` yields: (requests, records, durable, hooked): one request
-(``records`` None), or consecutive plain appends with their records in order; whether
-any of them asks for a sync, and whether any has an ``on_durable`` hook. (A plain tuple:
-the daemon's batches are single requests, one unit each.)"""
-
-
-def _units(batch: list[_Request]) -> Iterator[_Unit]:
-    """The batch in the order given: runs of consecutive plain appends (at most
-    DELIVERY_BATCH records each, unless one has more), every other request alone. (A
-    group's records, durability and hooks are gathered in the same pass: a batch of 32
-    appenders is 32 requests of one record.)"""
-    group: list[_Request] = []
-    records: list[Record] = []
-    durable = hooked = False
-    for req in batch:
-        more = req.records
-        if req.command is None and more and not req.future.done():
-            if group and len(records) + len(more) > DELIVERY_BATCH:
-                yield group, records, durable, hooked
-                group, records, durable, hooked = [], [], False, False
-            group.append(req)
-            records += more
-            if req.durable:
-                durable = True
-            if req.on_durable is not None:
-                hooked = True
-            continue
-        if group:
-            yield group, records, durable, hooked
-            group, records, durable, hooked = [], [], False, False
-        yield [req], None, req.durable, req.on_durable is not None
-    if group:
-        yield group, records, durable, hooked
-
-
-def _fail_all(batch: list[_Request], exc: BaseException) -> None:
-    """Fail every request of ``batch`` still waiting (those a command already refused
-    keep their own error)."""
-    err = exc if isinstance(exc, LogError) else LogError(f"log write failed: {exc!r}")
-    if err is not exc:
-        err.__cause__ = exc
-    for req in batch:
-        if not req.future.done():
-            req.future.set_exception(err)
-    for req in batch:
-        _settle(req)

@@ -33,7 +33,7 @@ def test_the_compiled_modules_are_the_pure_core_and_the_engine() -> None:
         assert module.__name__.startswith(("snerd.projections.", "snerd.rpc."))
     assert setup.GLUE == (
         "snerd/dispatcher/engine.py", "snerd/dispatcher/dispatch.py",
-        "snerd/eventlog/chain.py", "snerd/eventlog/codec.py",
+        "snerd/eventlog/chain.py", "snerd/eventlog/codec.py", "snerd/eventlog/batch.py",
         "snerd/rpc/output.py", "snerd/rpc/handlers.py",
     )  # fmt: skip
 
