@@ -43,3 +43,22 @@ async def test_the_options_are_explicit_keywords(make_queue: MakeQueue, store: M
     assert line["maxRetries"] == 0 and line["urgencyScore"] == 2.5
     assert line["executeAt"] == "2030-01-02T03:04:05.000Z"
     assert line["triggerAfterIds"] == ["p"] and line["maxPerMinute"] == 3
+
+
+async def test_every_option_reaches_the_log_under_its_own_name(
+    make_queue: MakeQueue, store: MemoryStore
+) -> None:
+    """The options the test above leaves out, each with a value no other takes."""
+    queue = await make_queue()
+    await queue.enqueue("b", "t", {}, retry_after_hours=0.5, retry_backoff="exponential",
+                        retry_max_delay=9000.0, auto_dedupe=True,
+                        webhook_url="https://example.com/hook", max_execution_seconds=7,
+                        pool="io")  # fmt: skip
+    [line] = records(store, "b", "enqueued")
+    assert line["retryAfterHours"] == 0.5 and line["retryBackoff"] == "exponential"
+    assert line["retryMaxDelay"] == 9000.0 and line["autoDedupe"] is True
+    assert line["webhookUrl"] == "https://example.com/hook"
+    assert line["maxExecutionSeconds"] == 7 and line["pool"] == "io"
+    await queue.enqueue("c", "t", {}, cron="*/5 * * * *")
+    [line] = records(store, "c", "enqueued")
+    assert line["cronText"] == "*/5 * * * *" or line["cronExpression"] == "*/5 * * * *"
