@@ -78,9 +78,9 @@ Their classes are native, whose methods nothing can replace, and their calls int
 pure core are direct; the handlers take the engine and the writer themselves, no
 stand-in: the tests observe them through their attributes, their observers and the log
 (those that must wrap a method, ``dispatch.plan``, or stand in for one of them skip in
-the compiled pass, saying why). Compiled code evaluates a slice's bounds twice (mypyc
-2.4: ``view[os.write(fd, view):]`` wrote every line twice): no call with an effect in
-a slice here."""
+the compiled pass, saying why). Compiled code can evaluate a slice's bound twice (mypyc
+2.4: ``view[os.write(fd, view):]`` on a memoryview wrote every line twice): no call with
+an effect in a slice here."""
 
 COMPILED = PURE + GLUE
 _BUILDS = ("bdist_wheel", "build_ext", "build")
