@@ -23,7 +23,7 @@ from snerd.eventlog.chain import FIELD as CHAIN_FIELD
 from snerd.eventlog.chain import Chain
 from snerd.eventlog.codec import FORMAT, FORMAT_FIELD, MAX_SEQ, encode_bodies, encode_body
 
-log = logging.getLogger("snerd.eventlog.batching")
+log = logging.getLogger(__name__)
 
 DELIVERY_BATCH = 4096
 """Most records handed to ``on_records`` in one call during replay and catch-up (and in

@@ -57,11 +57,7 @@ from snerd.eventlog.batch import (
 )
 from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
-from snerd.eventlog.codec import (
-    FORMAT_FIELD,
-    Decoded,
-    max_seq,
-)
+from snerd.eventlog.codec import FORMAT_FIELD, Decoded, max_seq
 from snerd.eventlog.history import SNAPSHOT_EVENT
 
 T = TypeVar("T")

@@ -75,6 +75,9 @@ FIELDS: Final[tuple[str, ...]] = (
 )
 """A task's fields, in its constructor's order (its slots)."""
 
+_COMPARED: Final = tuple(name for name in FIELDS if name != "extra")
+"""The fields a task's equality and hash look at (not the fields we do not know)."""
+
 
 class Task:
     """A task's lasting state plus the projection's bookkeeping (order, phase, claim).
@@ -153,35 +156,7 @@ class Task:
         self.progress: Final[Any] = progress
 
     def _key(self) -> tuple[Any, ...]:
-        return (
-            self.id,
-            self.type,
-            self.data,
-            self.max_retries,
-            self.retry_after_hours,
-            self.retry_count,
-            self.urgency,
-            self.execute_at,
-            self.retry_after_time,
-            self.cron,
-            self.webhook_url,
-            self.max_execution_seconds,
-            self.pool,
-            self.rate_group,
-            self.max_per_minute,
-            self.auto_dedupe,
-            self.fingerprint,
-            self.parents,
-            self.last_error,
-            self.created_at,
-            self.retry_backoff,
-            self.retry_max_delay,
-            self.order,
-            self.phase,
-            self.attempt,
-            self.claim,
-            self.progress,
-        )
+        return field_values(self, _COMPARED)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Task) or type(other) is not type(self):
