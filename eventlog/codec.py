@@ -80,11 +80,6 @@ def encode(record: Record) -> bytes:
         raise LogError(f"record is not JSON-serializable: {exc}") from exc
 
 
-def encode_all(records: Iterable[Record]) -> list[bytes]:
-    """Each record as its own line (see :func:`encode`)."""
-    return [encode(r) for r in records]
-
-
 @dataclass(slots=True)
 class Decoded:
     """Decoded complete lines: the records in order, and each skipped line paired

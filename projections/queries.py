@@ -12,12 +12,6 @@ from snerd.projections.state import QueueState
 from snerd.projections.task import READY, Lane, Task
 
 
-def lane_top(state: QueueState, lane: Lane) -> Task | None:
-    """The best READY task of a lane (a lane's top is always valid after a fold)."""
-    key = heap.top(state.lanes.get(lane))
-    return None if key is None else state.tasks.get(key[2])
-
-
 def slot_free_at(state: QueueState, group: str, max_per_minute: int, now: float) -> float | None:
     """None if the group may dispatch now, else the instant its next slot frees."""
     return window_slot_free_at(state.windows.get(group, ()), max_per_minute, now)

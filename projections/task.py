@@ -335,17 +335,6 @@ def require_ids(record: Mapping[str, Any]) -> tuple[str, str]:
     return task_id, task_type
 
 
-def require_ids_or_none(record: Mapping[str, Any]) -> tuple[str, str] | str:
-    """(taskId, taskType) of a full-state line, else why it is unusable (never raises)."""
-    task_id = record.get(ev.F_TASK_ID)
-    if type(task_id) is not str or not task_id:
-        return f"{ev.F_TASK_ID} must be a non-empty string"
-    task_type = record.get(ev.F_TASK_TYPE)
-    if type(task_type) is not str:
-        return f"{ev.F_TASK_TYPE} must be a string (task {task_id})"
-    return task_id, task_type
-
-
 def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int = 0) -> Task:
     """Read a full-state line. Raises EventError only when :func:`require_ids` does.
 
