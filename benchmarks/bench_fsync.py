@@ -55,7 +55,9 @@ four ways: ``inline`` (the log's: the fold after ``fsync`` returns); ``thread`` 
 ``fsync`` handed to a waiting thread, the fold meanwhile, then a wait for the thread);
 ``process`` (handed to a helper process over a pipe: no GIL to share); ``aio`` (Linux
 kernel AIO, ``IOCB_CMD_FSYNC`` through ``io_submit``, the fold, then ``io_getevents``:
-no thread of ours at all; x86-64 and arm64 Linux only). Each prints its time a task
+no thread of ours at all; x86-64 and arm64 Linux only); ``uring`` (an
+``IORING_OP_FSYNC`` through io_uring, whose kernel worker thread any CPU may run, the
+fold, then ``io_uring_enter`` for the completion; x86-64 Linux only). Each prints its time a task
 and the CPU a task of the *whole machine* (``/proc/stat``: a kernel worker's or a
 helper's CPU is no process's of ours, and a hand-off that moves CPU there is not
 free), against inline's.
@@ -319,7 +321,7 @@ def after(directory: str, rounds: int, n: int = 2000) -> None:
 OVERLAP_WORK_US = 60
 """Busy work before each append and after it (the fold) in ``--overlap``."""
 
-PLACES = ("inline", "thread", "process", "aio")
+PLACES = ("inline", "thread", "process", "aio", "uring")
 
 
 _AIO_SYSCALLS = {"x86_64": (206, 208, 209), "aarch64": (0, 4, 2)}
@@ -365,6 +367,75 @@ class _KernelAio:
         result = struct.unpack_from("<q", self._event, 16)[0]
         if result < 0:
             raise OSError(-result, os.strerror(-result))
+
+
+class _IoUring:
+    """One ``IORING_OP_FSYNC`` at a time through io_uring (raw syscalls via ctypes, the
+    rings through ``mmap``; x86-64 only: the ring's stores are plain, so the order of
+    its head and tail updates is the machine's, which x86's total store order keeps).
+    The kernel punts an fsync to a worker thread of its own (``iou-wrk``), which any
+    CPU may run: unlike kernel AIO's per-CPU work item, it need not share the loop's."""
+
+    _SETUP, _ENTER, _GETEVENTS = 425, 426, 1  # io_uring_setup, io_uring_enter, its flag
+
+    def __init__(self, fd: int) -> None:
+        import ctypes
+        import mmap
+        import platform
+        import struct
+
+        if platform.machine() != "x86_64":
+            raise OSError(f"the io_uring probe is x86-64 only, not {platform.machine()}")
+        self._ct, self._struct, self._fd = ctypes, struct, fd
+        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
+        self._syscall.restype = ctypes.c_long
+        params = ctypes.create_string_buffer(120)  # struct io_uring_params
+        ring = self._syscall(self._SETUP, ctypes.c_uint(4), params)
+        if ring < 0:
+            raise OSError(ctypes.get_errno(), "io_uring_setup")
+        self._ring_fd = ring
+        sq_entries, cq_entries = struct.unpack_from("<II", params, 0)
+        # io_sqring_offsets at 40: head, tail, ring_mask, ring_entries, flags, dropped,
+        # array; io_cqring_offsets at 80: head, tail, ring_mask, ring_entries, overflow, cqes
+        _, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("<7I", params, 40)
+        cq_head, cq_tail, cq_mask, _, _, cqes = struct.unpack_from("<6I", params, 80)
+        size = max(sq_array + 4 * sq_entries, cqes + 16 * cq_entries)
+        shared, rw = mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+        self._rings = mmap.mmap(ring, size, shared, rw, offset=0)  # one map: SINGLE_MMAP
+        self._sqes = mmap.mmap(ring, 64 * sq_entries, shared, rw, offset=0x10000000)
+        self._words = words = memoryview(self._rings).cast("I")
+        self._sq_tail, self._cq_head, self._cq_tail = sq_tail // 4, cq_head // 4, cq_tail // 4
+        self._sq_mask, self._cq_mask, self._cqes = words[sq_mask // 4], words[cq_mask // 4], cqes
+        for i in range(sq_entries):
+            words[sq_array // 4 + i] = i
+
+    def submit(self) -> None:
+        tail = self._words[self._sq_tail]
+        # struct io_uring_sqe: opcode 3 (FSYNC), flags, ioprio, fd, off, addr, len,
+        # fsync_flags, user_data; the rest zero
+        self._struct.pack_into("<BBHiQQIIQ24x", self._sqes, 64 * (tail & self._sq_mask),
+                               3, 0, 0, self._fd, 0, 0, 0, 0, 1)  # fmt: skip
+        self._words[self._sq_tail] = (tail + 1) & 0xFFFFFFFF
+        if self._syscall(self._ENTER, self._ring_fd, 1, 0, 0, None, 0) != 1:
+            raise OSError(self._ct.get_errno(), "io_uring_enter")
+
+    def wait(self) -> None:
+        words = self._words
+        while (head := words[self._cq_head]) == words[self._cq_tail]:
+            waited = self._syscall(self._ENTER, self._ring_fd, 0, 1, self._GETEVENTS, None, 0)
+            if waited < 0 and self._ct.get_errno() != 4:  # EINTR: again
+                raise OSError(self._ct.get_errno(), "io_uring_enter")
+        offset = self._cqes + 16 * (head & self._cq_mask)
+        result = self._struct.unpack_from("<i", self._rings, offset + 8)[0]  # cqe.res
+        words[self._cq_head] = (head + 1) & 0xFFFFFFFF
+        if result < 0:
+            raise OSError(-result, os.strerror(-result))
+
+    def close(self) -> None:
+        self._words.release()
+        self._rings.close()
+        self._sqes.close()
+        os.close(self._ring_fd)
 
 
 def _machine_cpu() -> float:
@@ -425,6 +496,9 @@ def overlapped(fd: int, place: str, n: int) -> tuple[list[float], float]:
     elif place == "aio":
         aio = _KernelAio(fd)
         start_sync, wait_sync = aio.submit, aio.wait
+    elif place == "uring":
+        uring = _IoUring(fd)
+        start_sync, wait_sync, stop = uring.submit, uring.wait, uring.close
     took: list[float] = []
     cpu = _machine_cpu()
     try:
@@ -446,16 +520,18 @@ def overlapped(fd: int, place: str, n: int) -> tuple[list[float], float]:
 
 def overlap(directory: str, rounds: int, n: int = 2000) -> None:
     """Print ``--overlap``'s table: a task's time and machine CPU by sync placement."""
-    try:
-        places = list(PLACES)
+    places = list(PLACES)
+    for place, probe_kind in (("aio", _KernelAio), ("uring", _IoUring)):
         probe = os.open(os.devnull, os.O_RDONLY)
         try:
-            _KernelAio(probe)
+            made = probe_kind(probe)
+            if isinstance(made, _IoUring):
+                made.close()
+        except OSError as exc:
+            print(f"({place} is not available here: {exc}; left out)")
+            places.remove(place)
         finally:
             os.close(probe)
-    except OSError as exc:
-        print(f"(kernel AIO is not available here: {exc}; aio left out)")
-        places.remove("aio")
     cpus: dict[str, list[float]] = {place: [] for place in places}
 
     def measure(fd: int, place: str) -> list[float]:
