@@ -5,6 +5,7 @@
     python -m benchmarks.bench_fsync --syncs [--rounds R]
     python -m benchmarks.bench_fsync --after [--rounds R]
     python -m benchmarks.bench_fsync --overlap [--rounds R]
+    python -m benchmarks.bench_fsync --neighbour [--rounds R]
 
 ``FileLog`` runs an fsync on the event loop's thread while this disk's fsyncs take
 under ``INLINE_FSYNC_SECONDS`` (5 ms), else in its fsync pool, so that a slow volume
@@ -61,6 +62,13 @@ fold, then ``io_uring_enter`` for the completion; x86-64 Linux only). Each print
 and the CPU a task of the *whole machine* (``/proc/stat``: a kernel worker's or a
 helper's CPU is no process's of ours, and a hand-off that moves CPU there is not
 free), against inline's.
+
+``--neighbour`` asks what an fsync costs while the *other* CPU is busy, as it is when
+the SDK's process runs its handler and writes its ``result`` during the daemon's sync:
+an fsync after 200 us of work with that CPU idle, running a spin loop in another
+process, or running one 100 us on and 100 us off. (On the VM of 2026-12-06 a first
+probe read 227 us beside the spin loop against 172 idle; this mode and the probe again
+then read 171-172 us for both: no effect there, the first reading a passing one.)
 """
 
 from __future__ import annotations
@@ -236,6 +244,43 @@ def gaps(directory: str, rounds: int, n: int = 2000) -> None:
           f"gap, medians of {rounds} interleaved rounds, ratios against gap 0")  # fmt: skip
     print(f"{'work before':>12}{'mean':>18}{'p50':>18}{'p90':>18}")
     _table(seen, 0, {gap: f"{gap:>9} us" for gap in GAPS}, 12, 0)
+
+
+NEIGHBOURS = ("idle", "busy", "pulsing")
+"""What another process does on the other CPU during ``--neighbour``'s fsyncs."""
+
+_NEIGHBOUR_CODE = {
+    "busy": "while True: pass",
+    "pulsing": "import time\nwhile True:\n    t = time.perf_counter()\n"
+               "    while time.perf_counter() - t < 1e-4: pass\n    time.sleep(1e-4)",
+}  # fmt: skip
+
+
+def neighbour(directory: str, rounds: int, n: int = 2000) -> None:
+    """Print ``--neighbour``'s table: an fsync after 200 us of work, by what a process
+    on the other CPU does meanwhile, against that CPU idle."""
+    import subprocess
+
+    def measure(fd: int, kind: str) -> list[float]:
+        other = None
+        if kind != "idle":
+            other = subprocess.Popen([sys.executable, "-c", _NEIGHBOUR_CODE[kind]])
+            time.sleep(0.1)  # (running before the first fsync)
+        try:
+            return fsyncs_after(fd, 200, n)
+        finally:
+            if other is not None:
+                other.kill()
+                other.wait()
+
+    seen = _interleaved(directory, "neighbour.log", NEIGHBOURS, rounds, measure)
+    print(f"one fsync after 200 us of work and a 300-byte append, by what another process "
+          f"does on the other CPU; {n} fsyncs a kind, medians of {rounds} interleaved "
+          "rounds, ratios against idle")  # fmt: skip
+    print(f"{'other CPU':>22}{'mean':>18}{'p50':>18}{'p90':>18}")
+    names = {"idle": "idle", "busy": "busy (a spin loop)",
+             "pulsing": "100 us on, 100 off"}  # fmt: skip
+    _table(seen, "idle", names, 22, 0)
 
 
 PAUSE_SECONDS = 200e-6
@@ -568,8 +613,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="a task's work of the core against the wait before it")  # fmt: skip
     parser.add_argument("--overlap", action="store_true",
                         help="the work after a write run while its sync runs, or after")
+    parser.add_argument("--neighbour", action="store_true",
+                        help="an fsync's cost against what the other CPU does")  # fmt: skip
     args = parser.parse_args(argv)
-    modes = {"overlap": overlap, "after": after, "gaps": gaps, "syncs": sync_ways}
+    modes = {"overlap": overlap, "after": after, "gaps": gaps, "syncs": sync_ways,
+             "neighbour": neighbour}  # fmt: skip
     for name, run in modes.items():
         if getattr(args, name):
             run(args.dir, args.rounds)
