@@ -80,7 +80,11 @@ stand-in: the tests observe them through their attributes, their observers and t
 (those that must wrap a method, ``dispatch.plan``, or stand in for one of them skip in
 the compiled pass, saying why). Compiled code can evaluate a slice's bound twice (mypyc
 2.4: ``view[os.write(fd, view):]`` on a memoryview wrote every line twice): no call with
-an effect in a slice here."""
+an effect in a slice here. Nor the other constructs mypyc compiles differently, met when
+compiling more (``benchmarks/README.md``, twenty-second session): one name bound by two
+``except ... as`` clauses of different types, a class attribute without ``ClassVar``
+that a subclass would set, ``types.coroutine``. ``tests/test_compiled_build.py`` scans
+every compiled module for all four."""
 
 COMPILED = PURE + GLUE
 _BUILDS = ("bdist_wheel", "build_ext", "build")

@@ -86,3 +86,84 @@ def test_a_wheel_build_hands_every_listed_module_to_mypyc(monkeypatch: pytest.Mo
     assert options["opt_level"] == "3"
     assert len(extensions) == len(setup.COMPILED)
     assert all(ext.optional for ext in extensions)  # no compiler: the pure modules
+
+
+def _hazards(source: str) -> list[str]:
+    """What in ``source`` mypyc (2.4) compiles differently from the interpreter, as met
+    in this project (``benchmarks/README.md``, twenty-first and twenty-second sessions):
+
+    - one name bound by two ``except ... as`` clauses of different types in one
+      function: compiled, the name keeps the first clause's type, and the second
+      clause raises ``TypeError`` on its own exception;
+    - a class attribute assigned in a class body without ``ClassVar`` (but
+      ``__slots__``, ``__hash__``): compiled, it is an instance slot, and a subclass's
+      own value of it is never read;
+    - ``types.coroutine``: a compiled generator under it no longer drives a task;
+    - a call inside a slice's bounds: its bound may be evaluated twice (a match's
+      ``start()`` or ``end()``, a read with no effect, is let be)."""
+    import ast
+
+    found: list[str] = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bound: dict[str, set[str]] = {}
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ExceptHandler) and inner.name:
+                    kind = ast.unparse(inner.type) if inner.type else "BaseException"
+                    bound.setdefault(inner.name, set()).add(kind)
+            found += [f"{node.name}: '{name}' bound as {sorted(kinds)}"
+                      for name, kinds in bound.items() if len(kinds) > 1]  # fmt: skip
+        elif isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, ast.Assign):
+                    found += [f"class {node.name}: attribute {target.id} without ClassVar"
+                              for target in statement.targets
+                              if isinstance(target, ast.Name)
+                              and target.id not in ("__slots__", "__hash__")]  # fmt: skip
+        elif isinstance(node, ast.Attribute) and ast.unparse(node) == "types.coroutine":
+            found.append(f"line {node.lineno}: types.coroutine")
+        elif isinstance(node, ast.Slice):
+            found += [f"line {node.lineno}: a call in a slice's bound"
+                      for bound_ in (node.lower, node.upper, node.step) if bound_ is not None
+                      for inner in ast.walk(bound_)
+                      if isinstance(inner, ast.Call) and not _a_match_read(inner)]  # fmt: skip
+    return found
+
+
+def _a_match_read(call: Any) -> bool:
+    """``m.start()``, ``m.end()``: a regex match's position, read with no effect."""
+    import ast
+
+    func = call.func
+    return (isinstance(func, ast.Attribute) and func.attr in ("start", "end")
+            and not call.args and not call.keywords)  # fmt: skip
+
+
+@pytest.mark.parametrize("path", setup.COMPILED)
+def test_the_compiled_modules_avoid_what_mypyc_compiles_differently(path: str) -> None:
+    assert _hazards((ROOT / path).read_text()) == [], path
+
+
+def test_the_hazard_scan_finds_each_hazard() -> None:
+    assert _hazards(
+        "def f():\n"
+        "    try:\n        pass\n"
+        "    except KeyError as exc:\n        pass\n"
+        "    except ValueError as exc:\n        pass\n"
+        "class C:\n    FLAG = False\n    __slots__ = ()\n"
+        "@types.coroutine\ndef g():\n    yield\n"
+        "v = v[os.write(1, v):]\n"
+        "w = line[: m.start()] + line[m.end() :]\n"
+    ) == [
+        "f: 'exc' bound as ['KeyError', 'ValueError']",
+        "class C: attribute FLAG without ClassVar",
+        "line 11: types.coroutine",
+        "line 14: a call in a slice's bound",
+    ]
+    assert _hazards(
+        "def f():\n    try:\n        pass\n    except KeyError as exc:\n        pass\n"
+        "    except KeyError as exc:\n        pass\n"
+        "class C:\n    FLAG: ClassVar[bool] = False\n"
+        "v = v[n:]\n"
+    ) == []
