@@ -440,6 +440,9 @@ class _IoUring:
             raise OSError(ctypes.get_errno(), "io_uring_setup")
         self._ring_fd = ring
         sq_entries, cq_entries = struct.unpack_from("<II", params, 0)
+        if not struct.unpack_from("<I", params, 20)[0] & 1:  # IORING_FEAT_SINGLE_MMAP
+            os.close(ring)
+            raise OSError("io_uring without one map for both rings (a kernel before 5.4)")
         # io_sqring_offsets at 40: head, tail, ring_mask, ring_entries, flags, dropped,
         # array; io_cqring_offsets at 80: head, tail, ring_mask, ring_entries, overflow, cqes
         _, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("<7I", params, 40)
