@@ -125,6 +125,7 @@ class Cycle(NamedTuple):
     period: float  # ack to ack
     cpu_before: float  # our CPU in ``before``
     cpu_after: float  # and in ``after``
+    cpu_durable: float  # and in ``durable``: the kernel's work in the write and the fsync
     cpu_sdk: float  # and in ``sdk``: as long as ``sdk`` when we never wait for the SDK
     sdk_wake: float  # our ack written -> the SDK's read of it
     sdk_work: float  # the SDK's read of the ack -> its write of the next enqueue
@@ -162,6 +163,7 @@ def cycles(daemon: list[Call], sdk: list[Call]) -> list[Cycle]:
             period=(last.start - first.start) / 1e3,
             cpu_before=(log_write.cpu - got.cpu_end) / 1e3,
             cpu_after=(last.cpu - sync.cpu_end) / 1e3,
+            cpu_durable=(sync.cpu_end - log_write.cpu) / 1e3,
             cpu_sdk=(got.cpu - first.cpu_end) / 1e3,
             sdk_wake=(woke.start - first.end) / 1e3,
             sdk_work=(sent.start - woke.end) / 1e3,
@@ -207,7 +209,7 @@ def report(found: list[Cycle], n: int) -> None:
         ("  of which: the SDK's work (ack, execute, handler, result, enqueue)", "sdk_work", None),
         ("  of which: the enqueue reaches us", "sdk_back", None),
         ("ours: the read -> the log write", "before", "cpu_before"),
-        ("the log write and its fsync", "durable", None),
+        ("the log write and its fsync", "durable", "cpu_durable"),
         ("ours: the fsync's end -> the ack's write", "after", "cpu_after"),
         ("the ack's write", "ack", None),
     ]

@@ -52,6 +52,7 @@ def test_cycles_cut_the_period_at_the_reads_writes_and_fsync() -> None:
     assert first.ack == 10.0
     assert first.cpu_before == 149.0  # thread CPU from the read's end to the write's start
     assert first.cpu_after == 40.0
+    assert first.cpu_durable == 50.0  # from the log write's start to the fsync's end
     assert first.cpu_sdk == 95.0  # from the ack's end (5 us of CPU) to the read (100 us)
 
 
