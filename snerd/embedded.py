@@ -43,13 +43,6 @@ from snerd.projections.views.tasks import task_view
 from snerd.tasks import TaskDecorator, TaskIds, TaskOptions
 
 log = logging.getLogger("snerd.queue")
-
-_OPTIONS = (
-    "max_retries", "retry_after_hours", "retry_backoff", "retry_max_delay", "urgency_score",
-    "execute_at", "cron", "trigger_after_ids", "rate_limit_group", "max_per_minute",
-    "auto_dedupe", "webhook_url", "max_execution_seconds", "pool",
-)  # fmt: skip
-""":meth:`Queue.enqueue`'s options, in the order it gathers their values."""
 F = TypeVar("F", bound=Callable[..., Any])
 
 ProgressCallback = Callable[[str, Any], Any]
@@ -291,15 +284,16 @@ class Queue:
         naming every unknown keyword (``urgency=`` for ``urgency_score=``)."""
         if isinstance(execute_at, dt.datetime):
             execute_at = execute_at.isoformat()
-        values = (max_retries, retry_after_hours, retry_backoff, retry_max_delay,
-                  urgency_score, execute_at, cron,
-                  None if trigger_after_ids is None else list(trigger_after_ids),
-                  rate_limit_group, max_per_minute, auto_dedupe, webhook_url,
-                  max_execution_seconds, pool)  # fmt: skip
-        given: dict[str, Any] = {}
-        if values.count(None) < len(values):  # (as a rule, none: nothing to sort)
-            given = {name: value for name, value in zip(_OPTIONS, values, strict=True)
-                     if value is not None}  # fmt: skip
+        options: dict[str, Any] = {
+            "max_retries": max_retries, "retry_after_hours": retry_after_hours,
+            "retry_backoff": retry_backoff, "retry_max_delay": retry_max_delay,
+            "urgency_score": urgency_score, "execute_at": execute_at, "cron": cron,
+            "trigger_after_ids": None if trigger_after_ids is None else list(trigger_after_ids),
+            "rate_limit_group": rate_limit_group, "max_per_minute": max_per_minute,
+            "auto_dedupe": auto_dedupe, "webhook_url": webhook_url,
+            "max_execution_seconds": max_execution_seconds, "pool": pool,
+        }  # fmt: skip
+        given = {name: value for name, value in options.items() if value is not None}
         try:
             command = enqueue_command(task_id, task_type, data, **given)
         except OptionError as exc:

@@ -108,7 +108,7 @@ def _hazards(source: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             bound: dict[str, set[str]] = {}
-            for inner in ast.walk(node):
+            for inner in _own_nodes(node):  # (a nested function is a scope of its own)
                 if isinstance(inner, ast.ExceptHandler) and inner.name:
                     kind = ast.unparse(inner.type) if inner.type else "BaseException"
                     bound.setdefault(inner.name, set()).add(kind)
@@ -129,6 +129,18 @@ def _hazards(source: str) -> list[str]:
                       for inner in ast.walk(bound_)
                       if isinstance(inner, ast.Call) and not _a_match_read(inner)]  # fmt: skip
     return found
+
+
+def _own_nodes(function: Any) -> Any:
+    """The nodes of ``function``'s body, not those of the functions nested in it."""
+    import ast
+
+    stack = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def _a_match_read(call: Any) -> bool:
@@ -162,7 +174,9 @@ def test_the_hazard_scan_finds_each_hazard() -> None:
         "line 14: a call in a slice's bound",
     ]
     assert _hazards(
-        "def f():\n    try:\n        pass\n    except KeyError as exc:\n        pass\n"
+        "def f():\n    def g():\n        try:\n            pass\n"
+        "        except ValueError as exc:\n            pass\n"
+        "    try:\n        pass\n    except KeyError as exc:\n        pass\n"
         "    except KeyError as exc:\n        pass\n"
         "class C:\n    FLAG: ClassVar[bool] = False\n"
         "v = v[n:]\n"
