@@ -65,6 +65,9 @@ GLUE = (
     "snerd/eventlog/chain.py",
     "snerd/eventlog/codec.py",
     "snerd/eventlog/batch.py",
+    "snerd/eventlog/base.py",
+    "snerd/eventlog/batching.py",
+    "snerd/eventlog/filelog.py",
     "snerd/rpc/output.py",
     "snerd/rpc/handlers.py",
 )
@@ -74,6 +77,11 @@ enqueue, claim, start and outcome; about a tenth of a task's instructions in the
 chain and the writer's steps over a batch that do no I/O (every line written); the
 daemon's request handlers and stdout writer (every line answered). With ``replies.py``,
 these last five took ~5% off the daemon's instructions a task (twenty-first session).
+The log itself, ``base.py``, ``batching.py`` (its group commit) and ``filelog.py``,
+another ~8% (twenty-third session): its classes stay open to interpreted subclasses
+(``MemoryLog``, ``PostgresLog``, the tests' ``PatchableFileLog``), whose methods the
+compiled writer calls as Python would; the generator that resumes a writer run by hand
+(``types.coroutine``) lives apart, in ``eventlog/resume.py``.
 Their classes are native, whose methods nothing can replace, and their calls into the
 pure core are direct; the handlers take the engine and the writer themselves, no
 stand-in: the tests observe them through their attributes, their observers and the log

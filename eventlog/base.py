@@ -17,6 +17,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from snerd.errors import LogError
 
 Record = dict[str, Any]
@@ -78,6 +80,7 @@ class LogListener(Protocol):
         """A line was skipped; the log goes on."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class EventLog(abc.ABC):
     """An append-only, shared, followable sequence of records."""
 

@@ -29,11 +29,12 @@ import asyncio
 import contextlib
 import logging
 import time
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
+
+from mypy_extensions import mypyc_attr
 
 from snerd.errors import LogClosedError, LogError
 from snerd.eventlog.base import (
@@ -59,6 +60,7 @@ from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
 from snerd.eventlog.codec import FORMAT_FIELD, Decoded, max_seq
 from snerd.eventlog.history import SNAPSHOT_EVENT
+from snerd.eventlog.resume import resumed as _resumed
 
 T = TypeVar("T")
 
@@ -85,10 +87,11 @@ class _Resume:
     snapshot: int = 0  # snapshot records still to come after the header
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class BatchingLog(EventLog):
     """Base of the concrete logs: delivery, counters, fail-stop, group commit."""
 
-    SPLIT_FLUSH = False
+    SPLIT_FLUSH: ClassVar[bool] = False
     """Whether :meth:`_flush` may run twice under one :meth:`_exclusive` hold: a batch
     then makes its durable requests that wait to be answered durable, and answers them,
     before it runs the requests behind them (:meth:`submit`'s ``on_durable``). A backend
@@ -288,9 +291,9 @@ class BatchingLog(EventLog):
             except StorageUnavailable as exc:
                 if not self._closing and not self._stale:
                     self._enter_fault(exc)
-            except LogError as exc:
+            except LogError as error:
                 if not self._closing:
-                    log.error("log follower stopped: %s", exc)
+                    log.error("log follower stopped: %s", error)
                 return
 
     async def _changed_or_faulted(self, changed: Callable[[], Awaitable[None]]) -> None:
@@ -403,7 +406,8 @@ class BatchingLog(EventLog):
             self._deliver(records)
             return
         for i in range(start, stop, DELIVERY_BATCH):
-            self._deliver(records[i : min(i + DELIVERY_BATCH, stop)])
+            end = min(i + DELIVERY_BATCH, stop)
+            self._deliver(records[i:end])
 
     def _compacted_elsewhere(self) -> None:
         """Another writer compacted the log; the new one is read from its start.
@@ -602,10 +606,10 @@ class BatchingLog(EventLog):
                         await self._recover_if_due()
                     finally:
                         fail_all(batch, exc)
-                except BaseException as exc:
-                    self._fail(exc)
-                    fail_all(batch, exc)
-                    if not isinstance(exc, Exception):
+                except BaseException as error:
+                    self._fail(error)
+                    fail_all(batch, error)
+                    if not isinstance(error, Exception):
                         raise
             if self._queue:
                 assert self._failure is not None
@@ -623,8 +627,8 @@ class BatchingLog(EventLog):
             if not self._closing and not self._stale:
                 self._enter_fault(exc)
             return bool(self._queue) and self._failure is None
-        except Exception as exc:
-            self._fail(exc)
+        except Exception as error:
+            self._fail(error)
             return False
 
     async def _run_batch(self, batch: list[Request], thens: bool) -> bool:
@@ -825,25 +829,3 @@ class BatchingLog(EventLog):
                 await asyncio.sleep(0)
             else:
                 await asyncio.wait({self._writer})
-
-
-@types.coroutine
-def _resumed(
-    drain: Coroutine[Any, Any, None], awaited: Any
-) -> Generator[Any, None, None]:  # fmt: skip
-    """The rest of a coroutine that :meth:`BatchingLog._start_writer` ran by hand until
-    it awaited ``awaited`` (what it yielded to the loop): a task runs this as it would
-    have run the coroutine from there, cancellation included."""
-    while True:
-        try:
-            yield awaited
-        except BaseException as exc:  # thrown in by the task (a cancellation)
-            try:
-                awaited = drain.throw(exc)
-            except StopIteration:
-                return
-            continue
-        try:
-            awaited = drain.send(None)
-        except StopIteration:
-            return

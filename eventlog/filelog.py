@@ -21,6 +21,9 @@ from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from snerd.errors import LogError
 from snerd.eventlog import compaction, locking
@@ -77,6 +80,7 @@ class _Point:
     chain_head: bytes
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FileLog(BatchingLog):
     """An :class:`EventLog` over ``<storage>/tasks/tasks.log``.
 
@@ -85,7 +89,8 @@ class FileLog(BatchingLog):
     follower (then only :meth:`catch_up` and :meth:`transact` read others' appends).
     """
 
-    SPLIT_FLUSH = True  # a batch's second write and its own fsync need no new lock hold
+    SPLIT_FLUSH: ClassVar[bool] = True
+    """A batch's second write and its own fsync need no new lock hold."""
 
     def __init__(
         self,
@@ -427,13 +432,20 @@ class FileLog(BatchingLog):
     async def _fsync(self) -> None:
         """fsync the log, inline while fsyncs are fast, else in the pool (adaptive)."""
         if self._fsync_seconds < INLINE_FSYNC_SECONDS:
-            took = _timed_fsync(self._fd)
+            took = self._timed_fsync()
         else:
             loop = asyncio.get_running_loop()
-            took = await loop.run_in_executor(_FSYNC_POOL, _timed_fsync, self._fd)
+            took = await loop.run_in_executor(_FSYNC_POOL, self._timed_fsync)
         self._fsync_seconds = 0.8 * self._fsync_seconds + 0.2 * took
         self._fsyncs += 1
         self._fsync_total += took
+
+    def _timed_fsync(self) -> float:
+        """fsync the log (on the loop's thread or the pool's, under the lock); return the
+        seconds it took."""
+        start = time.perf_counter()
+        os.fsync(self._fd)
+        return time.perf_counter() - start
 
     # ------------------------------------------------------------ compaction
 
@@ -553,10 +565,3 @@ class _Exclusive:
                 log._watcher.forget_pending()
         locking.unlock(log._lock_fd)
         log._mutex.release()
-
-
-def _timed_fsync(fd: int) -> float:
-    """fsync ``fd``; return the seconds it took."""
-    start = time.perf_counter()
-    os.fsync(fd)
-    return time.perf_counter() - start

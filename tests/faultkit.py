@@ -7,7 +7,28 @@ from typing import Any
 
 import pytest
 
+from snerd.eventlog import filelog
 from snerd.eventlog.base import StorageUnavailable
+from snerd.eventlog.filelog import FileLog
+
+
+class PatchableFileLog(FileLog):
+    """A :class:`FileLog` whose methods a test may replace, on the class
+    (``monkeypatch.setattr(PatchableFileLog, "_exclusive", ...)``) or on an instance
+    (``log._flush = slow_flush``), in either pass of the suite.
+
+    In the build a wheel makes, ``FileLog`` is compiled (``setup.py``): its own calls to
+    its methods go straight to the compiled ones, past anything set on the class or the
+    instance. An interpreted subclass's calls are looked up as Python looks them up, so
+    a replacement is heard there too; all that is not replaced still runs compiled."""
+
+
+def patchable_file_logs(monkeypatch: pytest.MonkeyPatch) -> type[PatchableFileLog]:
+    """Have every file log opened from now on through ``storage.open_log`` (the
+    embedded queue's, the daemon's) be a :class:`PatchableFileLog`; returns the class,
+    for :func:`refuse_one_batch`."""
+    monkeypatch.setattr(filelog, "FileLog", PatchableFileLog)
+    return PatchableFileLog
 
 
 def refuse_one_batch(monkeypatch: pytest.MonkeyPatch, log_class: type, *,

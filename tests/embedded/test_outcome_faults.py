@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 from embeddedkit import WAIT
-from faultkit import refuse_one_batch
+from faultkit import patchable_file_logs, refuse_one_batch
 
 from snerd.dispatcher.executors import Job
 from snerd.embedded import Queue
-from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.history import read_records
 from snerd.projections import events as ev
 
@@ -23,6 +22,7 @@ async def test_a_run_of_successes_refused_by_a_storage_fault_is_written_later(
     the storage refuses that batch, every one of them is kept and written once the log
     replays and takes writes again (``Engine._write_later``). No attempt runs twice, no
     success is written twice."""
+    log_class = patchable_file_logs(monkeypatch)  # before the queue opens its log
     queue = Queue(str(tmp_path / "s"), fsync=False, max_workers=3)
     gate = asyncio.Event()
     ran: list[str] = []
@@ -32,7 +32,7 @@ async def test_a_run_of_successes_refused_by_a_storage_fault_is_written_later(
         ran.append(job.id)
         await gate.wait()
 
-    failing = refuse_one_batch(monkeypatch, FileLog, armed=False)
+    failing = refuse_one_batch(monkeypatch, log_class, armed=False)
     async with queue:
         for i in range(3):
             await queue.enqueue(f"k{i}", "t", {})
@@ -58,6 +58,7 @@ async def test_a_success_and_an_enqueue_refused_together_keep_their_promises(
     was acked: a retry enqueues it, once), and the success is kept and written later."""
     from snerd.errors import LogError
 
+    log_class = patchable_file_logs(monkeypatch)  # before the queue opens its log
     queue = Queue(str(tmp_path / "s"), fsync=False)
     ran: list[str] = []
 
@@ -65,7 +66,7 @@ async def test_a_success_and_an_enqueue_refused_together_keep_their_promises(
     async def work(job: Job) -> None:
         ran.append(job.id)
 
-    failing = refuse_one_batch(monkeypatch, FileLog, armed=False)
+    failing = refuse_one_batch(monkeypatch, log_class, armed=False)
     async with queue:
         await queue.enqueue("k0", "t", {})  # its attempt ends before this returns
         assert ran == ["k0"]

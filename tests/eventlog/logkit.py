@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import forkserver
+from faultkit import PatchableFileLog
 
 from snerd.eventlog.base import EventLog, Record, SkippedLine
-from snerd.eventlog.filelog import FileLog
 from snerd.eventlog.memory import MemoryLog, MemoryStore
 
 WAIT = 10.0
@@ -115,8 +115,9 @@ class FileBackend(Backend):
         self.storage = storage
 
     def new(self, **kwargs: Any) -> EventLog:
+        """A :class:`PatchableFileLog`: the contract's tests stand in for its steps."""
         kwargs.setdefault("fsync", False)
-        return FileLog(self.storage, **kwargs)
+        return PatchableFileLog(self.storage, **kwargs)
 
     def chain_breaks(self) -> list[Any] | None:
         from snerd.eventlog.chain import verify

@@ -32,9 +32,9 @@ def storage(tmp_path: Path) -> Path:
 async def file_log(storage: Path) -> AsyncIterator[Opener]:
     logs: list[FileLog] = []
 
-    async def _open(**kwargs: Any) -> tuple[FileLog, Recorder]:
+    async def _open(log_class: type[FileLog] = FileLog, **kwargs: Any) -> tuple[FileLog, Recorder]:
         kwargs.setdefault("fsync", False)
-        log = FileLog(storage, **kwargs)
+        log = log_class(storage, **kwargs)
         rec = Recorder()
         await log.open(rec)
         logs.append(log)
@@ -442,17 +442,17 @@ async def test_fsyncs_run_inline_unless_the_disk_is_slow(
     when the disk is fast again. The average is of the fsync alone (the fake's figure)."""
     import threading
 
-    from snerd.eventlog import filelog
+    from faultkit import PatchableFileLog
 
     took = [0.0001]
     threads: list[bool] = []  # True: ran on the loop's thread
 
-    def fake(fd: int) -> float:
+    def fake(self: PatchableFileLog) -> float:
         threads.append(threading.current_thread() is threading.main_thread())
         return took[0]
 
-    monkeypatch.setattr(filelog, "_timed_fsync", fake)
-    log, _ = await file_log(fsync=True)
+    monkeypatch.setattr(PatchableFileLog, "_timed_fsync", fake)
+    log, _ = await file_log(PatchableFileLog, fsync=True)
 
     async def appends(n: int) -> list[bool]:
         del threads[:]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faultkit import PatchableFileLog
 from logkit import FileBackend, Recorder
 
 from snerd.errors import LogError
@@ -45,9 +46,11 @@ def read(log: FileLog, rec: Recorder) -> Any:
 async def opened(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     logs: list[FileLog] = []
 
-    async def _open(**kwargs: Any) -> tuple[FileLog, Recorder, Clock]:
+    async def _open(
+        log_class: type[FileLog] = FileLog, **kwargs: Any
+    ) -> tuple[FileLog, Recorder, Clock]:  # fmt: skip
         kwargs.setdefault("fsync", True)
-        log = FileLog(tmp_path / "s", **kwargs)
+        log = log_class(tmp_path / "s", **kwargs)
         clock = Clock()
         log.monotonic = clock
         rec = Recorder()
@@ -262,7 +265,7 @@ async def test_a_failed_sync_soon_is_tried_again_for_the_next_line(opened, monke
     """The sync-soon timer's sync fails (a storage fault): the lines stay unsynced, and
     the next line written without a sync arms the timer again (on the loop's clock,
     moved by hand), so they are synced once writes are accepted again."""
-    log, _, clock = await opened()
+    log, _, clock = await opened(PatchableFileLog)  # its ``_sync_only`` is stood in for
     loop = asyncio.get_running_loop()
     start = loop.time()
     now = [start]
