@@ -60,7 +60,7 @@ from snerd.eventlog.chain import FROM_FIELD as CHAIN_FROM
 from snerd.eventlog.chain import GENESIS, Chain, key_from_env, parse_value
 from snerd.eventlog.codec import FORMAT_FIELD, Decoded, max_seq
 from snerd.eventlog.history import SNAPSHOT_EVENT
-from snerd.eventlog.resume import resumed as _resumed
+from snerd.eventlog.resume import resumed
 
 T = TypeVar("T")
 
@@ -581,7 +581,7 @@ class BatchingLog(EventLog):
             awaited = drain.send(None)
         except StopIteration:
             return
-        self._writer = asyncio.get_running_loop().create_task(_resumed(drain, awaited))
+        self._writer = asyncio.get_running_loop().create_task(resumed(drain, awaited))
 
     async def _drain(self) -> None:
         """The writer: run queued requests batch after batch until the queue is empty."""
