@@ -593,28 +593,12 @@ class Engine:
         once written, else :meth:`_unclaim`; ``then`` is the future's callback, called
         once it resolves (the only one: a callback is a loop step). A claim decided when
         earlier ones took every slot plans nothing (:meth:`Dispatcher.claim_under_lock`)."""
-        reserved: Claimed = []
-        queued = True  # counted in _claims_queued until it is decided (or never is)
-
-        def decided(_: object = None) -> None:
-            nonlocal queued
-            if queued:
-                queued = False
-                self._claims_queued -= 1
-
-        def claim() -> tuple[list[Record], Claimed]:
-            decided()
-            records, claimed = self.dispatcher.claim_under_lock(self.state, self.clock.now())
-            reserved.extend(claimed)
-            return records, claimed
-
-        def resolved(future: asyncio.Future[Claimed]) -> None:
-            decided()  # (never decided: the batch failed, or was never run)
-            then(future)
-
-        future: asyncio.Future[Claimed] = self.log.submit(claim, durable=False, then=resolved)
+        behind = _ClaimBehind(self, then)
+        future: asyncio.Future[Claimed] = self.log.submit(
+            behind.claim, durable=False, then=behind.resolved
+        )  # fmt: skip
         self._claims_queued += 1
-        return future, reserved
+        return future, behind.reserved
 
     def _unclaim(self, reserved: Claimed) -> None:
         """The claims behind a request were not written: nothing to begin; the
@@ -899,15 +883,52 @@ class _Run:
         return not self.started and self.request is not None and not self.request.done()
 
     def settle(self, written: asyncio.Future[list[Any]]) -> None:
-        """Each member hears the request's outcome, in order."""
-        for i, reply in enumerate(self.replies):
+        """Each member hears the request's outcome, in order. The run lets go of the
+        replies first: a reply may hold the run (the claiming enqueue's does), and a
+        cycle left behind would be garbage for the collector, not freed at once."""
+        replies, self.replies = self.replies, []
+        for i, reply in enumerate(replies):
             reply(written, i)
 
     def answer_durable(self, outcomes: list[Any]) -> None:
         """The run is durable (the log's ``on_durable``): the members that answer early
-        hear their own outcomes, in order."""
-        for i, on_durable in self.early:
+        hear their own outcomes, in order (let go of, as in :meth:`settle`)."""
+        early, self.early = self.early, []
+        for i, on_durable in early:
             on_durable(outcomes[i])
+
+
+class _ClaimBehind:
+    """The claim :meth:`Engine._claim_behind` submits: decided under the lock
+    (:meth:`claim`), counted in the engine's queued claims until then, or until its
+    future resolves undecided (:meth:`resolved`). (An object, not closures that call each
+    other: compiled, those hold each other in a cycle, left to the collector.)"""
+
+    __slots__ = ("engine", "queued", "reserved", "then")
+
+    def __init__(
+        self, engine: Engine, then: Callable[[asyncio.Future[Claimed]], None]
+    ) -> None:  # fmt: skip
+        self.engine = engine
+        self.then = then
+        self.reserved: Claimed = []  # what the claim reserves, filled under the lock
+        self.queued = True  # counted in the engine's _claims_queued until decided
+
+    def decided(self) -> None:
+        if self.queued:
+            self.queued = False
+            self.engine._claims_queued -= 1
+
+    def claim(self) -> tuple[list[Record], Claimed]:
+        self.decided()
+        engine = self.engine
+        records, claimed = engine.dispatcher.claim_under_lock(engine.state, engine.clock.now())
+        self.reserved.extend(claimed)
+        return records, claimed
+
+    def resolved(self, future: asyncio.Future[Claimed]) -> None:
+        self.decided()  # (never decided: the batch failed, or was never run)
+        self.then(future)
 
 
 class _Early:
