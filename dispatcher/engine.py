@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import random
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -247,9 +248,10 @@ class Engine:
         if self.liveness is not None:
             self.liveness.hold(self.daemon)
         self._bulk = BulkFolder()
-        await self.log.open(self)
-        bulk, self._bulk = self._bulk, None
-        self.state = bulk.finish()
+        with collector_paused():
+            await self.log.open(self)
+            bulk, self._bulk = self._bulk, None
+            self.state = bulk.finish()
         if self.config.passive:
             return
         self.dispatcher.start()
@@ -854,6 +856,24 @@ class Engine:
             max_bytes=size, now_ms=int(self.clock.now() * 1000),
         )  # fmt: skip
 
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic collector off for the block (a start-up replay), then as it was.
+
+    A replay builds the state a record at a time: every few hundred objects it keeps,
+    the collector runs, and now and then walks everything kept so far, none of it
+    garbage (the fold leaves no cycles). Paused, a daemon's start on a log of 50,000
+    live tasks took 0.84 s against 1.16 s (``benchmarks/README.md``). What the block
+    leaves in cycles is collected after it as usual."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class _Run:
