@@ -252,9 +252,13 @@ async def serve(
     )  # fmt: skip
     session.engine = engine
     hurried.append(engine)
-    await engine.start()
-    if own_process:
-        _set_aside()
+    if own_process:  # no pass until what the start holds is set aside
+        gc.disable()
+    try:
+        await engine.start()
+    finally:
+        if own_process:
+            _set_aside()
     cleanup = None if extend is None else await extend(engine, env)
     def too_long() -> None:
         message = f"line exceeds {p.MAX_LINE_BYTES} bytes"
@@ -293,14 +297,17 @@ async def serve(
 
 
 def _set_aside() -> None:
-    """After the start-up replay: collect once, then freeze what is left (the modules,
-    the replayed state) out of every later pass of the collector. The collector's full
-    passes walk every object the process holds; with a backlog of 50,000 live tasks
-    replayed at start, each took ~58 ms (a pause between two tasks), five of them in
-    5,000 tasks (``benchmarks/README.md``). What is frozen is still freed when nothing
-    refers to it (reference counting); only a cycle among it would outlive its use."""
-    gc.collect()
+    """After the start-up replay, which ran with the collector off: freeze what the
+    process holds (the modules, the replayed state) out of every later pass, then turn
+    the collector on. Its passes walk the objects of their generation: with a backlog
+    of 50,000 live tasks replayed at start, the first pass after the replay took 54 ms
+    and each full one 58-77 ms, five in 5,000 tasks (pauses between two tasks;
+    ``benchmarks/README.md``). What is frozen is still freed when nothing refers to it
+    (reference counting); only a cycle among it would outlive its use (no pass first:
+    one over the whole replayed state costs what it saves, ~100 ms for 50,000 tasks, to
+    free the few hundred objects the imports leave in cycles)."""
     gc.freeze()
+    gc.enable()
 
 
 async def _fail_for_good(reason: BaseException, out: Output, cleanup: Any,
