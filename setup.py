@@ -70,6 +70,7 @@ GLUE = (
     "snerd/eventlog/filelog.py",
     "snerd/rpc/output.py",
     "snerd/rpc/handlers.py",
+    "snerd/rpc/reader.py",
 )
 """The glue every task passes through several times: the engine and its dispatcher (its
 enqueue, claim, start and outcome; about a tenth of a task's instructions in the wheel,
@@ -81,7 +82,10 @@ The log itself, ``base.py``, ``batching.py`` (its group commit) and ``filelog.py
 another ~8% (twenty-third session): its classes stay open to interpreted subclasses
 (``MemoryLog``, ``PostgresLog``, the tests' ``PatchableFileLog``), whose methods the
 compiled writer calls as Python would; the generator that resumes a writer run by hand
-(``types.coroutine``) lives apart, in ``eventlog/resume.py``.
+(``types.coroutine``) lives apart, in ``eventlog/resume.py``. The daemon's reader
+(``rpc/reader.py``: what it does with each line read, and its ``execute`` lines), ~2%
+more (twenty-fourth session); the rest of ``rpc/daemon.py`` (start-up, signals, the
+drain) runs once and stays interpreted.
 Their classes are native, whose methods nothing can replace, and their calls into the
 pure core are direct; the handlers take the engine and the writer themselves, no
 stand-in: the tests observe them through their attributes, their observers and the log

@@ -1,4 +1,4 @@
-"""How the daemon starts the log's writer after each read of stdin (``rpc/daemon.py``):
+"""How the daemon starts the log's writer after each read of stdin (``rpc/reader.py``):
 at once, but for a read of nothing but successful results, which waits up to
 ``SUCCESS_WAIT_SECONDS`` for the next read and joins its batch."""
 
@@ -12,15 +12,15 @@ import pytest
 from snerd.dispatcher.clock import SystemClock
 from snerd.dispatcher.engine import Engine
 from snerd.eventlog.base import EventLog
-from snerd.rpc import daemon as d
 from snerd.rpc import handlers
+from snerd.rpc import reader as d
 from snerd.rpc.output import Output
 
 pytestmark = pytest.mark.skipif(
-    not (handlers.__file__ or "").endswith(".py"),
-    reason="stands in for the engine and the stdout writer, which the compiled handlers "
-    "take only as themselves: runs in the README's (interpreted) suite (what it checks, "
-    "rpc/daemon.py's reads, is interpreted in both builds)",
+    not (d.__file__ or "").endswith(".py") or not (handlers.__file__ or "").endswith(".py"),
+    reason="stands in for the engine, the log and the stdout writer, which the compiled "
+    "reader and handlers take only as themselves: runs in the README's (interpreted) "
+    "suite",
 )
 
 SUCCESS = b'{"action":"result","task_id":"a","status":"success"}'
@@ -77,10 +77,10 @@ class _Reader:
     def read(self, *lines: bytes) -> None:
         """One read of stdin, as ``serve``'s ``Lines`` hands it over."""
         log, out = cast(EventLog, self.log), cast(Output, self.out)
-        d._hold(log, out, self.session)
+        d.hold(log, out, self.session)
         for line in lines:
-            d._handle_safely(line, self.session, cast(Engine, self.engine), SystemClock())
-        d._kick(log, out, self.session)
+            d.handle_line(line, self.session, cast(Engine, self.engine), SystemClock())
+        d.kick(log, out, self.session)
 
 
 async def _kicked(reader: _Reader, kicks: int) -> None:
