@@ -12,16 +12,20 @@ timestamps-checked bytecode of this checkout is written; what runs is unchanged.
 from __future__ import annotations
 
 import compileall
+import gc
 import itertools
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import forkserver
 import pytest
 from hypothesis import settings
 from hypothesis_budget import examples
+
+from snerd.dispatcher.engine import collector_paused
 
 # Tests that write no count draw examples(100) (see hypothesis_budget.py).
 settings.register_profile("suite", max_examples=examples(100))
@@ -85,3 +89,13 @@ def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     path = tmp_path_factory.getbasetemp() / f"{name}{next(_TMP_NUMBERS)}"
     path.mkdir(mode=0o700)
     return path
+
+
+@pytest.fixture
+def collector_off() -> Iterator[None]:
+    """Python's cyclic collector off for the test (a pass first: what was left before
+    is not counted), then as it was: for tests that count what the collector finds
+    after some work (``gc.collect()``'s return)."""
+    gc.collect()
+    with collector_paused():
+        yield

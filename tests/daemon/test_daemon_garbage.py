@@ -14,27 +14,14 @@ import gc
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from daemonkit import ROOT, Wire
 
 TASKS = 200
 SLACK = TASKS // 10
 """Cyclic garbage allowed for the whole run (timing-dependent stragglers), against the
 twenty or more a task a cycle on the path leaves."""
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 async def test_enqueue_execute_result_leave_no_cyclic_garbage(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,37 +27,26 @@ SLACK = TASKS // 10
 timing-dependent stragglers), against the ten or more a task a cycle leaves."""
 
 
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 async def _run(path: Path, n: int, concurrent: bool) -> int:
     """Run ``n`` no-op tasks on a queue over a file log; return the cyclic garbage the
     collector finds afterwards (warm-up and start-up excluded)."""
     queue = Queue(str(path))
     left = n + 10
-    done = asyncio.Event()
+    warmed, done = asyncio.Event(), asyncio.Event()
 
     @queue.handler("noop")
     async def work(job: Job) -> None:
         nonlocal left
         left -= 1
+        if left == n:
+            warmed.set()
         if left == 0:
             done.set()
 
     async with queue:
         for i in range(10):  # warm: the first tasks allocate what every later one reuses
             await queue.enqueue(f"w{i}", "noop", {})
-        while left > n:
-            await asyncio.sleep(0)
+        await asyncio.wait_for(warmed.wait(), 60)
         gc.collect()
         if concurrent:
             await asyncio.gather(*(queue.enqueue(f"t{i}", "noop", {"n": i}) for i in range(n)))
