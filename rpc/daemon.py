@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from snerd.dispatcher.clock import Clock, ManualClock, SystemClock
-from snerd.dispatcher.engine import Engine
+from snerd.dispatcher.engine import Engine, collector_paused
 from snerd.dispatcher.settings import engine_config
 from snerd.errors import LogError, SnerdError
 from snerd.eventlog.batching import GIVE_UP_SECONDS
@@ -47,7 +47,7 @@ async def serve(
 ) -> int:  # fmt: skip
     """Run the daemon until stdin closes or a signal drains it; return the exit code.
     ``own_process``: the daemon is all this process runs (:func:`main`), so what it
-    holds once started is set aside from the collector's passes (:func:`_set_aside`)."""
+    holds once started is frozen out of the collector's passes."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     hurried: list[Engine] = []  # the engine, once built: a second signal hurries it
@@ -80,13 +80,22 @@ async def serve(
     )  # fmt: skip
     session.engine = engine
     hurried.append(engine)
-    if own_process:  # no pass until what the start holds is set aside
-        gc.disable()
-    try:
+    if own_process:
+        # The collector stays off from the start-up replay (which the engine runs with
+        # it paused anyway) until what the process then holds, the modules and the
+        # replayed state, is frozen out of every later pass. Its passes walk every
+        # object of their generation: over a backlog of 50,000 live tasks replayed at
+        # start, the first pass after the replay took 54 ms and each full one 58-77 ms,
+        # five in 5,000 tasks (pauses between two tasks; ``benchmarks/README.md``). What
+        # is frozen is still freed when nothing refers to it; only a cycle among it
+        # would outlive its use. (No pass first: one over the replayed state costs
+        # ~100 ms for 50,000 tasks, to free the few hundred objects the imports leave in
+        # cycles.)
+        with collector_paused():
+            await engine.start()
+            gc.freeze()
+    else:
         await engine.start()
-    finally:
-        if own_process:
-            _set_aside()
     cleanup = None if extend is None else await extend(engine, env)
     def too_long() -> None:
         message = f"line exceeds {p.MAX_LINE_BYTES} bytes"
@@ -122,20 +131,6 @@ async def serve(
         await cleanup()
     await out.close()
     return 0
-
-
-def _set_aside() -> None:
-    """After the start-up replay, which ran with the collector off: freeze what the
-    process holds (the modules, the replayed state) out of every later pass, then turn
-    the collector on. Its passes walk the objects of their generation: with a backlog
-    of 50,000 live tasks replayed at start, the first pass after the replay took 54 ms
-    and each full one 58-77 ms, five in 5,000 tasks (pauses between two tasks;
-    ``benchmarks/README.md``). What is frozen is still freed when nothing refers to it
-    (reference counting); only a cycle among it would outlive its use (no pass first:
-    one over the whole replayed state costs what it saves, ~100 ms for 50,000 tasks, to
-    free the few hundred objects the imports leave in cycles)."""
-    gc.freeze()
-    gc.enable()
 
 
 async def _fail_for_good(reason: BaseException, out: Output, cleanup: Any,

@@ -22,7 +22,6 @@ import difflib
 import functools
 import inspect
 import logging
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import replace as dc_replace
 from typing import Any, TypeVar, cast
@@ -96,15 +95,6 @@ class _Callbacks:
 
     async def close(self) -> None:
         return None
-
-
-_OPTIONS = (
-    "max_retries", "retry_after_hours", "retry_backoff", "retry_max_delay", "urgency_score",
-    "execute_at", "cron", "trigger_after_ids", "rate_limit_group", "max_per_minute",
-    "auto_dedupe", "webhook_url", "max_execution_seconds", "pool",
-)  # fmt: skip
-"""The options of :meth:`Queue.enqueue`, in the order of its signature."""
-_GIVEN = functools.partial(operator.is_not, None)
 
 
 class Queue:
@@ -292,17 +282,18 @@ class Queue:
         :class:`~snerd.errors.ProtocolError` naming a bad value,
         :class:`~snerd.errors.DispatchError` for a refused enqueue, and ``TypeError``
         naming every unknown keyword (``urgency=`` for ``urgency_score=``)."""
-        values = (max_retries, retry_after_hours, retry_backoff, retry_max_delay, urgency_score,
-                  execute_at, cron, trigger_after_ids, rate_limit_group, max_per_minute,
-                  auto_dedupe, webhook_url, max_execution_seconds, pool)  # fmt: skip
-        given: dict[str, Any] = {}
-        if any(map(_GIVEN, values)):  # (none given, the common call: nothing to sort)
-            pairs = zip(_OPTIONS, values, strict=True)
-            given = {name: value for name, value in pairs if value is not None}
-            if isinstance(execute_at, dt.datetime):
-                given["execute_at"] = execute_at.isoformat()
-            if trigger_after_ids is not None:
-                given["trigger_after_ids"] = list(trigger_after_ids)
+        if isinstance(execute_at, dt.datetime):
+            execute_at = execute_at.isoformat()
+        options: dict[str, Any] = {
+            "max_retries": max_retries, "retry_after_hours": retry_after_hours,
+            "retry_backoff": retry_backoff, "retry_max_delay": retry_max_delay,
+            "urgency_score": urgency_score, "execute_at": execute_at, "cron": cron,
+            "trigger_after_ids": None if trigger_after_ids is None else list(trigger_after_ids),
+            "rate_limit_group": rate_limit_group, "max_per_minute": max_per_minute,
+            "auto_dedupe": auto_dedupe, "webhook_url": webhook_url,
+            "max_execution_seconds": max_execution_seconds, "pool": pool,
+        }  # fmt: skip
+        given = {name: value for name, value in options.items() if value is not None}
         try:
             command = enqueue_command(task_id, task_type, data, **given)
         except OptionError as exc:
