@@ -443,7 +443,7 @@ def task_to_record(task: Task, *, deleted_at: float | None = None) -> dict[str, 
         ev.F_URGENCY: task.urgency,
     }
     record: dict[str, Any]
-    if task.extra:  # fields we do not know come first, as they were read
+    if task.extra is not _EMPTY and task.extra:  # fields we do not know come first, as read
         record = dict(task.extra)
         record.update(core)
     else:
