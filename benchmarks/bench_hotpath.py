@@ -6,8 +6,12 @@
     fsync, write an ack), driven by the official SnerdMQ SDK (``snerdmq-python``) with
     sequential awaited enqueues; then our daemon, same driver, with a registered no-op
     handler (every task also executes). Ratio of awaited-enqueue rates (goal >= 0.8x).
+    Beside it, two more floors in the same rounds: the echo that also runs each task
+    (``RUNNER``: no queue, no state) and our own pure core with the least glue around it
+    (``bench_core_floor``'s ``CORE``): what any glue of ours could reach at most.
 (2) raw stdio, a blocking client: enqueue -> ack time per task, echo daemon vs ours with a
-    handler executing (goal <= 1.5x); enqueue -> execute p50 over stdio (goal <= 2 ms).
+    handler executing (goal <= 1.5x), and ``CORE`` beside them; enqueue -> execute p50
+    over stdio (goal <= 2 ms).
 (3) CPU per task: user+system CPU of our daemon process (all its threads) during (1),
     divided by tasks (goal <= 0.5 ms, SnerdMQ's Rust daemon on this machine type).
 (4) durable syncs per task (fsync/fdatasync counted by ``strace -f -c`` from outside the
@@ -570,18 +574,25 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(REPO)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="snerd-hot-") as raw_tmp:
         tmp = Path(raw_tmp)
+        from benchmarks.bench_core_floor import CORE
+
         echo_bin, ours_bin = _shim(tmp, "echo", ECHO), _shim(tmp, "ours", OURS)
         runner_bin = _shim(tmp, "runner", RUNNER)
+        core_code = CORE % {"after": True}  # (it folds after the ack, as ours does)
+        core_bin = _shim(tmp, "core", core_code)
         runs: list[tuple[float, float]] = []
         echo_runs: list[tuple[float, float]] = []
         runner_runs: list[tuple[float, float]] = []
+        core_runs: list[tuple[float, float]] = []
         for round_ in range(ROUNDS):  # interleaved, medians: this disk's fsync is bimodal
             echo_runs.append(asyncio.run(sdk_run(echo_bin, tmp / f"e{round_}", n, False)))
             runner_runs.append(asyncio.run(sdk_run(runner_bin, tmp / f"r{round_}", n, True)))
+            core_runs.append(asyncio.run(sdk_run(core_bin, tmp / f"c{round_}", n, True)))
             runs.append(asyncio.run(sdk_run(ours_bin, tmp / f"o{round_}", n, True)))
         _disk(tmp)
         echo_rate = statistics.median(r for r, _ in echo_runs)
         runner_rate = statistics.median(r for r, _ in runner_runs)
+        core_rate = statistics.median(r for r, _ in core_runs)
         ours_rate = statistics.median(r for r, _ in runs)
         cpu_ms = statistics.median(c for _, c in runs) / n * 1e3
         ratio = ours_rate / echo_rate
@@ -595,16 +606,22 @@ def main() -> None:
               f"{ours_rate:.0f} ({ratio:.2f}x echo)", ">= 0.8x", ratio >= 0.8)  # fmt: skip
         _line("      ours against the echo that runs each task",
               f"{ours_rate / runner_rate:.2f}x", "", None)  # fmt: skip
+        _line("    the pure core with the least glue (bench_core_floor's CORE)",
+              f"{core_rate:.0f} ({core_rate / echo_rate:.2f}x echo; ours "
+              f"{ours_rate / core_rate:.2f}x it)", "", None)  # fmt: skip
         _line("(3) our daemon's CPU per task (enqueue, claim, run, result)", f"{cpu_ms:.2f} ms",
               "<= 0.5 ms", cpu_ms <= 0.5)  # fmt: skip
         m = min(n, 2000)
         echo_acks: list[float] = []
+        core_acks: list[float] = []
         ours_acks: list[float] = []
         p50s: list[float] = []
         for round_ in range(ROUNDS):  # interleaved: one run of a rate is one sample on a VM
             echo_cmd = [sys.executable, "-c", ECHO, str(tmp / f"raw-echo-{round_}")]
+            core_cmd = [sys.executable, "-c", core_code, str(tmp / f"raw-core-{round_}")]
             ours_cmd = [sys.executable, "-c", OURS, str(tmp / f"raw-ours-{round_}")]
             echo_acks.append(asyncio.run(stdio_blocking(echo_cmd, m, handler=False))[0])
+            core_acks.append(asyncio.run(stdio_blocking(core_cmd, m, handler=True))[0])
             ours_ack, p50 = asyncio.run(stdio_blocking(ours_cmd, m, handler=True))
             ours_acks.append(ours_ack)
             if p50 is not None:
@@ -616,6 +633,10 @@ def main() -> None:
         _line("    ours per ack, handler executing",
               f"{ours_ack * 1e3:.3f} ms ({ours_ack / echo_ack:.2f}x echo) "
               f"{_ms_span(ours_acks)}", "<= 1.5x", ours_ack / echo_ack <= 1.5)  # fmt: skip
+        core_ack = statistics.median(core_acks)
+        _line("    the pure core with the least glue (CORE), handler executing",
+              f"{core_ack * 1e3:.3f} ms ({core_ack / echo_ack:.2f}x echo) "
+              f"{_ms_span(core_acks)}", "", None)  # fmt: skip
         if p50s:
             p50 = statistics.median(p50s)
             _line("    enqueue -> execute p50", f"{p50 * 1e3:.2f} ms", "<= 2 ms", p50 <= 0.002)
