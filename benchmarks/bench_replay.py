@@ -14,10 +14,15 @@ subprocess the way a user runs it (``python -m snerd.cli``):
 - baseline: ``for line in open(path, "rb"): json.loads(line)`` (results dropped);
 - ``replay`` the first time (it builds the per-task index beside the log), then again
   (the index is current), with each run's peak RSS;
+- ``replay --verify``, against plain replay;
 - ``replay --task ID`` (one task's history through the index), and the in-process
   lookup time alone;
-- ``replay --verify``, against plain replay;
 - ``stats``.
+
+The first four are timed in ROUNDS interleaved rounds (the index deleted before each
+round's first replay), and each ratio is one of medians: a VM's speed drifts within
+an invocation (a baseline of 2.6 s here once read 4.5 s minutes later), and one
+sample of each side, taken minutes apart, measured the drift as much as the replay.
 
 ``--quick`` is ``--tasks 20000``.
 """
@@ -97,11 +102,14 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[float, int, str]
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         raise SystemExit(f"snerdmq {' '.join(args)} failed ({status}): {out[-500:]!r}")
     proc.returncode = os.waitstatus_to_exitcode(status)
-    CPU[" ".join(args)] = usage.ru_utime + usage.ru_stime
+    CPU.setdefault(" ".join(args), []).append(usage.ru_utime + usage.ru_stime)
     return wall, usage.ru_maxrss // 1024, out.decode(errors="replace")
 
 
-CPU: dict[str, float] = {}
+CPU: dict[str, list[float]] = {}
+
+ROUNDS = 3
+"""Interleaved rounds of the baseline, the two replays and ``--verify`` (medians)."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -127,16 +135,36 @@ def main(argv: Sequence[str] | None = None) -> None:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def _span(seconds: list[float]) -> str:
+    return f"[{min(seconds):.2f}..{max(seconds):.2f}]"
+
+
 def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
-    base = json_loop(log)
-    print(f"baseline json.loads loop        : {base:7.2f} s")
-    index_path(storage).unlink(missing_ok=True)  # the first replay builds it (--keep reuses a log)
-    first, rss1, _ = run("replay", str(storage))
+    bases: list[float] = []
+    firsts: list[float] = []
+    agains: list[float] = []
+    verifies: list[float] = []
+    rss1 = rss2 = 0
+    for _ in range(ROUNDS):  # interleaved, medians (see the module's doc)
+        bases.append(json_loop(log))
+        index_path(storage).unlink(missing_ok=True)  # the first replay builds it
+        first, rss1, _ = run("replay", str(storage))
+        firsts.append(first)
+        again, rss2, _ = run("replay", str(storage))
+        agains.append(again)
+        verifies.append(run("replay", str(storage), "--verify")[0])
+    base, first, again, verify = (statistics.median(x) for x in (bases, firsts, agains, verifies))
+    print(f"{ROUNDS} interleaved rounds, medians [spans]:")
+    print(f"baseline json.loads loop        : {base:7.2f} s  {_span(bases)}")
     print(f"replay, first (builds the index): {first:7.2f} s  {base / first:5.2f}x the baseline"
-          f"  (peak RSS {rss1} MB)")  # fmt: skip
-    again, rss2, _ = run("replay", str(storage))
+          f"  {_span(firsts)} (peak RSS {rss1} MB)")  # fmt: skip
     print(f"replay, index current           : {again:7.2f} s  {base / again:5.2f}x the baseline"
-          f"  (peak RSS {rss2} MB)")  # fmt: skip
+          f"  {_span(agains)} (peak RSS {rss2} MB)")  # fmt: skip
+    cpu_plain = statistics.median(CPU[f"replay {storage}"])
+    cpu_verify = statistics.median(CPU[f"replay {storage} --verify"])
+    print(f"replay --verify                 : {verify:7.2f} s  {verify / again:5.2f}x plain replay"
+          f"  {_span(verifies)} (CPU {cpu_verify:.2f} s, {cpu_verify / cpu_plain:.2f}x plain's "
+          f"{cpu_plain:.2f} s: the chain is checked in a second process)")  # fmt: skip
     task = f"task-{args.tasks // 2:08d}"
     one, _, _ = run("replay", str(storage), "--task", task)
     print(f"replay --task {task}    : {one:7.2f} s (process start and summary included)")
@@ -149,11 +177,6 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
         assert known and entry is not None, wanted
     print(f"a task's history via the index   : {statistics.median(lookups) * 1000:7.1f} ms "
           f"(median of 5 tasks, in process; max {max(lookups) * 1000:.1f} ms)")
-    verify, _, _ = run("replay", str(storage), "--verify")
-    cpu_plain, cpu_verify = CPU[f"replay {storage}"], CPU[f"replay {storage} --verify"]
-    print(f"replay --verify                 : {verify:7.2f} s  {verify / again:5.2f}x plain replay"
-          f" (CPU {cpu_verify:.2f} s, {cpu_verify / cpu_plain:.2f}x plain's {cpu_plain:.2f} s:"
-          " the chain is checked in a second process)")  # fmt: skip
     stats, _, _ = run("stats", str(storage))
     print(f"stats                           : {stats:7.2f} s  {base / stats:5.2f}x the baseline")
 
