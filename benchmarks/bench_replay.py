@@ -23,6 +23,11 @@ The first four are timed in ROUNDS interleaved rounds (the index deleted before 
 round's first replay), and each ratio is one of medians: a VM's speed drifts within
 an invocation (a baseline of 2.6 s here once read 4.5 s minutes later), and one
 sample of each side, taken minutes apart, measured the drift as much as the replay.
+Before each timed run the log (and the index, when there is one) is read once, so
+every run starts with the file in the page cache: the VMs these figures come from
+page out what was not touched for a second or two (DAMON's ``pageout`` scheme), so a
+run that followed another's pause read the file from the disk and the one before it
+did not.
 
 ``--quick`` is ``--tasks 20000``.
 """
@@ -135,6 +140,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def _warm(*paths: Path) -> None:
+    """Read ``paths`` once (those that exist), so the next timed run finds them in the
+    page cache (see the module's doc)."""
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                while f.read(1 << 22):
+                    pass
+        except FileNotFoundError:
+            pass
+
+
 def _span(seconds: list[float]) -> str:
     return f"[{min(seconds):.2f}..{max(seconds):.2f}]"
 
@@ -145,13 +162,18 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
     agains: list[float] = []
     verifies: list[float] = []
     rss1 = rss2 = 0
-    for _ in range(ROUNDS):  # interleaved, medians (see the module's doc)
+    index = index_path(storage)
+    for _ in range(ROUNDS):  # interleaved, medians, each run warm (see the module's doc)
+        _warm(log)
         bases.append(json_loop(log))
-        index_path(storage).unlink(missing_ok=True)  # the first replay builds it
+        index.unlink(missing_ok=True)  # the first replay builds it
+        _warm(log)
         first, rss1, _ = run("replay", str(storage))
         firsts.append(first)
+        _warm(log, index)
         again, rss2, _ = run("replay", str(storage))
         agains.append(again)
+        _warm(log, index)
         verifies.append(run("replay", str(storage), "--verify")[0])
     base, first, again, verify = (statistics.median(x) for x in (bases, firsts, agains, verifies))
     print(f"{ROUNDS} interleaved rounds, medians [spans]:")
@@ -166,6 +188,7 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
           f"  {_span(verifies)} (CPU {cpu_verify:.2f} s, {cpu_verify / cpu_plain:.2f}x plain's "
           f"{cpu_plain:.2f} s: the chain is checked in a second process)")  # fmt: skip
     task = f"task-{args.tasks // 2:08d}"
+    _warm(log, index)
     one, _, _ = run("replay", str(storage), "--task", task)
     print(f"replay --task {task}    : {one:7.2f} s (process start and summary included)")
     lookups = []
@@ -177,6 +200,7 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
         assert known and entry is not None, wanted
     print(f"a task's history via the index   : {statistics.median(lookups) * 1000:7.1f} ms "
           f"(median of 5 tasks, in process; max {max(lookups) * 1000:.1f} ms)")
+    _warm(log, index)
     stats, _, _ = run("stats", str(storage))
     print(f"stats                           : {stats:7.2f} s  {base / stats:5.2f}x the baseline")
 
