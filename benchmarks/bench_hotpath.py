@@ -574,7 +574,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(REPO)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="snerd-hot-") as raw_tmp:
         tmp = Path(raw_tmp)
-        from benchmarks.bench_core_floor import CORE
+        from benchmarks.bench_core_floor import CORE  # (here: it imports this module)
 
         echo_bin, ours_bin = _shim(tmp, "echo", ECHO), _shim(tmp, "ours", OURS)
         runner_bin = _shim(tmp, "runner", RUNNER)
