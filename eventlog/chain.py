@@ -15,7 +15,6 @@ layers above never see it); :func:`verify` checks it. Threat model and format:
 from __future__ import annotations
 
 import binascii
-import contextlib
 import hashlib
 import os
 import re
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from snerd.eventlog import aside
 
 FIELD = "chain"
 """The record field that carries the checksum (always the last field of a line)."""
@@ -469,44 +470,27 @@ def _plain_check(files: Sequence[Path], key: bytes | None, watch: Sequence[bytes
     return PlainCheck(plain.report(), watched)
 
 
-ASIDE_BYTES = 4 << 20
-"""Below this many bytes of log, :func:`verify_plain_aside` checks in the caller: a
-fork of a large process costs more than checking a few megabytes."""
-
-
 def verify_plain_aside(
     files: Sequence[Path], key: bytes | None = None, *, watch: Sequence[bytes] = ()
 ) -> Callable[[], PlainCheck]:
     """Start :func:`verify_plain` in a forked child (it reads the files itself, on
     another core if there is one, while the caller folds the log); the function
     returned waits for the child and gives its report, and whether a line holds one of
-    ``watch`` (searched in the same pass). Without ``fork``, or for files of fewer than
-    :data:`ASIDE_BYTES` in all, it runs the check when called."""
-    if not hasattr(os, "fork") or _size(files) < ASIDE_BYTES:
+    ``watch`` (searched in the same pass). Where :func:`aside.worth_aside` says no (no
+    ``fork``, a small log), it runs the check when called."""
+    if not aside.worth_aside(files):
         return lambda: _plain_check(files, key, watch)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: check, report as JSON, leave without cleanup
-        code = 1
-        try:
-            os.close(read_end)
-            check = _plain_check(files, key, watch)
-            report = None if check.report is None else asdict(check.report)
-            data = orjson.dumps({"report": report, "watched": check.watched})
-            view = memoryview(data)
-            while view:
-                n = os.write(write_end, view)  # (not in the slice: compiled, it ran twice)
-                view = view[n:]
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
+
+    def check() -> bytes:
+        done = _plain_check(files, key, watch)
+        report = None if done.report is None else asdict(done.report)
+        return orjson.dumps({"report": report, "watched": done.watched})
+
+    wait = aside.fork_aside(check)
 
     def result() -> PlainCheck:
-        with open(read_end, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0 or not data:
+        data = wait()
+        if not data:
             return PlainCheck(None, watched=bool(watch))  # (no answer: assume the worst)
         value = orjson.loads(data)
         report = value["report"]
@@ -516,11 +500,3 @@ def verify_plain_aside(
         return PlainCheck(report, watched=value["watched"])
 
     return result
-
-
-def _size(files: Sequence[Path]) -> int:
-    total = 0
-    for path in files:
-        with contextlib.suppress(OSError):  # gone since listed: verify_plain says so
-            total += path.stat().st_size
-    return total

@@ -24,7 +24,7 @@ import threading
 import zlib
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import compress
@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from snerd.errors import LogError
-from snerd.eventlog import compaction
+from snerd.eventlog import aside, compaction
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.eventlog.codec import decode_line
 from snerd.eventlog.layout import INDEX_NAME, TASKS_DIR, index_temp_name
@@ -293,6 +293,23 @@ def _fresh_index(storage: Path, entries: bool) -> TaskIndex:
     write_index(storage, scanner, builder)
     raw = builder.keys.tobytes() + builder.places.tobytes()
     return TaskIndex([], len(builder.keys), raw, files)
+
+
+def index_aside(storage: Path, files: Sequence[Path]) -> Callable[[], bool] | None:
+    """Build or extend ``storage``'s index (:func:`fresh_index`, which writes it) in a
+    forked child, which scans ``files`` itself while the caller reads them for its own
+    ends; the function returned waits for the child (call it exactly once) and says
+    whether it wrote the index. None where :func:`aside.worth_aside` says no (no
+    ``fork``, a small log): the caller builds it in its own pass."""
+    if not aside.worth_aside(files):
+        return None
+
+    def build() -> bytes:
+        fresh_index(storage, entries=False)
+        return b"built"
+
+    wait = aside.fork_aside(build)
+    return lambda: wait() is not None
 
 
 def resume_point(old: TaskIndex, files: list[Path]) -> tuple[int, int, Cursor] | None:

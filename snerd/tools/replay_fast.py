@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Container, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
@@ -19,6 +19,9 @@ from snerd.projections.history import Audit, TaskHistory
 from snerd.tools import kit
 from snerd.tools.replay_checks import EDGE_YEARS, CheckedRow
 from snerd.tools.replay_source import PROGRESS_MIN_BYTES, Source, UsageProblem
+
+if TYPE_CHECKING:
+    from snerd.eventlog.index import Builder
 
 
 def ensure_index(source: Source) -> None:
@@ -38,22 +41,43 @@ def fast_replay(
 ) -> Tally | None:
     """The census of ``source`` (see :mod:`snerd.projections.census`), or None when
     the log holds a record only the full summary judges. Builds the per-task index
-    of a storage directory on the way when it has none (or extends it after).
-    ``checked``: a census that also vouches there is no problem ``--verify`` would
-    name (None when there might be one); ``edges=False``: but for instants at the edge
-    of time (:data:`EDGE_YEARS`), which the caller has searched for itself."""
-    from snerd.errors import LogError
+    of a storage directory on the way when it has none (in a forked child on a large
+    log, which scans the files on another core as this process counts them; in this
+    pass on a small one), or extends it after. ``checked``: a census that also vouches
+    there is no problem ``--verify`` would name (None when there might be one);
+    ``edges=False``: but for instants at the edge of time (:data:`EDGE_YEARS`), which
+    the caller has searched for itself."""
     from snerd.eventlog import index as idx
-    from snerd.eventlog.scan import Row
 
     if isinstance(source.path, str):
         return None  # a PostgreSQL queue has no files to scan: the full summary reads it
     storage = source.directory
-    build = None
+    build: idx.Builder | None = None
+    built_aside: Callable[[], bool] | None = None
     if storage is not None:
         old = idx.read_index(storage, entries=False)
         if old is None or idx.resume_point(old, source.files) is None:
-            build = idx.Builder()
+            built_aside = idx.index_aside(storage, source.files)
+            if built_aside is None:
+                build = idx.Builder()
+    try:
+        return _census(source, now, checked, edges, build, extend=built_aside is None)
+    finally:
+        if built_aside is not None:
+            built_aside()  # the index is there when the replay answers, as without a fork
+
+
+def _census(
+    source: Source, now: float, checked: bool, edges: bool, build: Builder | None, *,
+    extend: bool,
+) -> Tally | None:
+    """:func:`fast_replay`'s pass: the census, adding each batch to ``build`` (an index
+    being built, or None), and writing it after, or (``extend``) extending the index."""
+    from snerd.errors import LogError
+    from snerd.eventlog import index as idx
+    from snerd.eventlog.scan import Row
+
+    storage = source.directory
     try:
         scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
                               suspect=EDGE_YEARS if checked and edges else ())  # fmt: skip
@@ -77,7 +101,7 @@ def fast_replay(
         with contextlib.suppress(LogError):  # the index is derived: the next reader builds it
             if build is not None:
                 idx.write_index(storage, scanner, build)
-            else:
+            elif extend:
                 idx.fresh_index(storage, entries=False)
     return census.finish(live, now)
 

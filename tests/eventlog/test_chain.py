@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from logkit import Recorder
 
-from snerd.eventlog import chain
+from snerd.eventlog import aside, chain
 from snerd.eventlog.chain import (
     GENESIS,
     Chain,
@@ -370,7 +370,7 @@ async def test_the_check_aside_reports_as_the_check_inline(
         assert verify_plain_aside(files)() == PlainCheck(inline, watched=False)
         assert verify_plain_aside(files, watch=there)() == PlainCheck(inline, watched=True)
         assert verify_plain_aside(files, watch=absent)() == PlainCheck(inline, watched=False)
-    monkeypatch.setattr(chain, "ASIDE_BYTES", 0)
+    monkeypatch.setattr(aside, "ASIDE_BYTES", 0)
     forks: list[int] = []
     real_fork = chain.os.fork
     monkeypatch.setattr(chain.os, "fork", lambda: forks.append(1) or real_fork())

@@ -212,6 +212,32 @@ def test_an_index_is_extended_not_rebuilt_when_the_log_grew(tmp_path: Path) -> N
     assert kept(first, again)  # the old entries were kept
 
 
+def test_a_large_logs_index_is_built_aside_and_equals_the_one_built_in_the_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a large log the first replay builds the index in a forked child, which scans
+    the files while the replay counts them: the replay answers as without it, and the
+    index is there when it does, equal to the one the replay's own pass builds."""
+    from benchmarks.bench_replay import generate
+    from snerd.eventlog import aside
+
+    generate(tmp_path / "s", 300)
+    storage = tmp_path / "s"
+    tally = fast_replay(open_source(storage), NOW)  # a small log: built in the pass
+    inline = idx.read_index(storage)
+    assert tally is not None and inline is not None and inline.count > 300
+    idx.index_path(storage).unlink()
+    monkeypatch.setattr(aside, "ASIDE_BYTES", 0)
+    forks: list[int] = []
+    real_fork = aside.os.fork
+    monkeypatch.setattr(aside.os, "fork", lambda: forks.append(1) or real_fork())
+    assert fast_replay(open_source(storage), NOW) == tally
+    forked = idx.read_index(storage)
+    assert forks == [1] and forked is not None
+    assert (forked.files, forked.count, forked.raw) == (inline.files, inline.count, inline.raw)
+    assert fast_replay(open_source(storage), NOW) == tally and forks == [1]  # current: none
+
+
 @pytest.mark.parametrize("damage", ["delete", "garbage", "truncate", "other-file"])
 def test_a_missing_or_damaged_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
     from benchmarks.bench_replay import generate
@@ -474,12 +500,19 @@ def test_an_index_of_files_replaced_during_its_scan_is_not_written(tmp_path: Pat
     assert idx.read_index(storage) is None
 
 
+@pytest.mark.parametrize("forked", [False, True])
 @pytest.mark.parametrize("args", [["--json"], ["--verify"], ["--at", "2030-01-01T00:00:00Z"], []])
-def test_every_replay_of_a_storage_leaves_a_current_index(tmp_path: Path, args: list[str]) -> None:
+def test_every_replay_of_a_storage_leaves_a_current_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], forked: bool
+) -> None:
+    """Also when the index is built aside, as on a large log (its census declines)."""
     from click.testing import CliRunner
 
+    from snerd.eventlog import aside
     from snerd.tools.replay import replay
 
+    if forked:
+        monkeypatch.setattr(aside, "ASIDE_BYTES", 0)
     records = writer_log([(0, 0, 0), (0, 1, 0), (1, 0, 0)])
     records.append({"taskId": "x", "taskType": "t"})  # a SnerdMQ line: the census declines
     storage = build_storage(tmp_path, records, [])
@@ -527,11 +560,11 @@ def test_verify_with_the_edge_of_time_searched_aside_reports_what_the_audit_repo
     (where there is none, the census's, which agrees with the audit on a clean log)."""
     from click.testing import CliRunner
 
-    from snerd.eventlog import chain
+    from snerd.eventlog import aside
     from snerd.tools import replay as tool
 
     if forked:
-        monkeypatch.setattr(chain, "ASIDE_BYTES", 0)
+        monkeypatch.setattr(aside, "ASIDE_BYTES", 0)
     records = writer_log([(0, 0, 0), (0, 1, 0), (0, 0, 0), (0, 1, 0)])
     records[1]["executeAt"] = instant
     storage = str(build_storage(tmp_path, records, []))
