@@ -43,7 +43,8 @@ def fast_replay(
     the log holds a record only the full summary judges. Builds the per-task index
     of a storage directory on the way when it has none (in a forked child on a large
     log, which scans the files on another core as this process counts them; in this
-    pass on a small one), or extends it after. ``checked``: a census that also vouches
+    pass on a small one, or when ``checked``: ``--verify`` checks the chain on the
+    other core), or extends it after. ``checked``: a census that also vouches
     there is no problem ``--verify`` would name (None when there might be one);
     ``edges=False``: but for instants at the edge of time (:data:`EDGE_YEARS`), which
     the caller has searched for itself."""
@@ -57,7 +58,8 @@ def fast_replay(
     if storage is not None:
         old = idx.read_index(storage, entries=False)
         if old is None or idx.resume_point(old, source.files) is None:
-            built_aside = idx.index_aside(storage, source.files)
+            if not checked:  # (``--verify`` checks the chain on the other core)
+                built_aside = idx.index_aside(storage, source.files)
             if built_aside is None:
                 build = idx.Builder()
     try:
