@@ -287,8 +287,15 @@ def _raw_read(path: Path) -> dict[str, Any]:
 
 
 def _peak_rss_mb() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
+    """This process's peak RSS: ``VmHWM`` where there is ``/proc`` (``ru_maxrss`` keeps
+    the highest RSS across ``exec``: a child of the large benchmark process would report
+    the parent's size, ``bench_replay.PEAK``)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
 def _child(kind: str, storage: Path, fold: bool) -> dict[str, Any]:
