@@ -144,6 +144,7 @@ class Engine:
         self._snapshot_seq: int | None = None  # the seq the live log's snapshot covers
         self._hurry = asyncio.Event()
         self._later: set[asyncio.Task[None]] = set()  # outcomes waiting for the storage
+        self._notices = 0  # dead letters decided whose notices are not out yet
         self._claims_queued = 0  # claims behind requests, submitted, not decided yet
         self._run: _Run | None = None  # enqueues and successes, one request
         self._built: dict[str, tuple[Record, Task]] = {}  # id -> (our record, its task)
@@ -352,12 +353,33 @@ class Engine:
         def command() -> tuple[list[Record], T]:
             records, result = decide()
             written.extend(records)
+            if _dead_letters(records):
+                self._notices += 1  # (counted from the decision: see :attr:`settling`)
             return records, result
 
-        result = await self.log.transact(command, durable=durable)
-        if _dead_letters(written):
-            await self._announce(written, durable)
+        try:
+            result = await self.log.transact(command, durable=durable)
+            if _dead_letters(written):
+                await self._announce(written, durable)
+        finally:
+            if _dead_letters(written):
+                self._noticed()
         return result
+
+    def _noticed(self) -> None:
+        """A dead letter's notice went out (or will not: its write or sync failed)."""
+        self._notices -= 1
+        self.changed.set()  # a waiter for :attr:`settling` (``Queue.join``) looks again
+
+    @property
+    def settling(self) -> bool:
+        """Whether work already decided here is still on its way: a dead letter whose
+        notice is not out yet, an outcome kept until the storage takes it, or children
+        of a dead-lettered parent for the dispatcher to fail through. (What an embedded
+        queue's ``join`` waits for besides the attempts: its caller reads the notices.)"""
+        return bool(self._notices or self._later) or (
+            len(self.state.doomed) > 0 and self.dispatcher.started and not self.draining
+        )  # fmt: skip
 
     async def _announce(self, written: Sequence[Record], durable: bool) -> None:
         """Tell the notifier of the dead letters among ``written`` once they are durable."""
@@ -719,16 +741,18 @@ class Engine:
         def settle(future: asyncio.Future[Any], i: int | None = None) -> None:
             """The request's outcome (the ``i``th of a run's) to ``done``."""
             exc = None if future.cancelled() else future.exception()
+            if _dead_letters(written) and (exc is not None or future.cancelled()):
+                self._noticed()  # not written: no notice (a later write counts again)
             if isinstance(exc, LogError):  # storage trouble: the outcome is known; later
                 log.warning("outcome of %r kept until the log is writable: %s", task_id, exc)
                 self._later.add(later := loop.create_task(self._write_later(command)))
-                later.add_done_callback(self._later.discard)
+                later.add_done_callback(self._written_later)
                 done.set_result(None)
             elif exc is not None or future.cancelled():
                 _copy(future, done)
             elif _dead_letters(written):  # rare here: a notice waits until durable
                 announcing = loop.create_task(self._announce(written, durable))
-                announcing.add_done_callback(lambda t: _announced(t, future, done))
+                announcing.add_done_callback(lambda t: self._announced(t, future, done))
             else:
                 done.set_result(future.result() if i is None else future.result()[i])
             if then is not None:
@@ -748,6 +772,8 @@ class Engine:
             def under_lock() -> tuple[list[Record], Any]:
                 decision = decide(self.state, command, now=self.clock.now(), daemon=self.daemon)
                 written.extend(decision.records)
+                if _dead_letters(decision.records):
+                    self._notices += 1  # (counted from the decision: see :attr:`settling`)
                 return decision.records, decision.outcome
 
             self.log.submit(under_lock, durable=durable, then=settle)
@@ -776,6 +802,15 @@ class Engine:
                 # this claim, which counts their slots as well (free when it is decided)
                 joined.submitted = self.log.submitted
         return done
+
+    def _written_later(self, later: asyncio.Task[None]) -> None:
+        self._later.discard(later)
+        self.changed.set()  # a waiter for :attr:`settling` looks again
+
+    def _announced(self, announcing: asyncio.Task[None], finished: asyncio.Future[T],
+                   done: asyncio.Future[T]) -> None:  # fmt: skip
+        self._noticed()
+        _announced(announcing, finished, done)
 
     async def _write_later(self, command: Command) -> None:
         """Retry an outcome with backoff until written (``decide`` refuses it once the

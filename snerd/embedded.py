@@ -344,7 +344,9 @@ class Queue:
         return info.stats(self.engine)
 
     async def join(self, *, timeout: float | None = None) -> None:
-        """Wait until no task that this queue can run is pending, running or due.
+        """Wait until no task that this queue can run is pending, running or due, and
+        what its attempts decided is out: dead-letter notices sent (``on_dead_letter``),
+        the children of a dead-lettered parent failed through.
 
         Tasks scheduled for later (or blocked on parents nobody here runs) do not
         count; use ``timeout`` to bound the wait.
@@ -366,7 +368,7 @@ class Queue:
             due = task.not_before is None or task.not_before <= now
             if mine and (task.phase in ("ready", "active") or (task.phase == "delayed" and due)):
                 return True
-        return bool(self.engine.runs)
+        return bool(self.engine.runs) or self.engine.settling
 
 
 def progress(data: Any) -> asyncio.Task[None] | None:

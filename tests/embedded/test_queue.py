@@ -214,6 +214,37 @@ async def test_dag_fail_through(make_queue: MakeQueue) -> None:
                        "D": "blocked_by_failed_parent"}  # fmt: skip
 
 
+async def test_join_waits_until_what_the_attempts_decided_is_out(make_queue: MakeQueue) -> None:
+    """``join`` returns once the dead letters' notices are out and the children of a
+    dead-lettered parent are failed through, not merely once no attempt runs: at the
+    fold of each dead letter the queue still counts as busy. (Python 3.12's ``wait_for``
+    looks at once, without the loop turns 3.11's gave: ``join`` returned before the
+    cascade's last notice.)"""
+    from snerd.projections import events as ev
+
+    queue = await make_queue()
+    dead: list[dict[str, Any]] = []
+    queue.on_dead_letter(dead.append)
+    busy_at_fold: list[bool] = []
+
+    def observe(events: Any, delta: Any) -> None:
+        if any(ev.event_name(e) == ev.DEAD_LETTERED for e in events):
+            busy_at_fold.append(queue._busy())
+
+    queue.engine.observers.append(observe)
+
+    @queue.handler("t")
+    async def broken(job: Job) -> None:
+        raise snerd.Fail("no")
+
+    await queue.enqueue("A", "t")
+    await queue.enqueue("C", "t", trigger_after_ids=["A"])
+    await queue.enqueue("D", "t", trigger_after_ids=["C"])
+    await queue.join(timeout=WAIT)
+    assert sorted(r["taskId"] for r in dead) == ["A", "C", "D"]
+    assert len(busy_at_fold) >= 2 and all(busy_at_fold), busy_at_fold
+
+
 async def test_dag_linear_chain(make_queue: MakeQueue) -> None:
     queue = await make_queue()
     runs: list[str] = []
