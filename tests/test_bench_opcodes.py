@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyrsistent
+import pytest
 
 import snerd.embedded
 import snerd.projections.task
@@ -31,6 +32,9 @@ def _traced(k: int) -> collections.Counter[tuple[str, str]]:
 
 
 def test_the_tracer_counts_each_bytecode_a_loop_runs() -> None:
+    if not opcodes.opcodes_traced():  # (the tool refuses to run there, saying so)
+        pytest.skip(f"Python {sys.version.split()[0]} delivers no opcode events to a "
+                    "trace function: CPython 3.12.1 did not")  # fmt: skip
     key = ("tests/test_bench_opcodes.py", "_loop")
     c10, c20, c30 = (_traced(k)[key] for k in (10, 20, 30))
     assert c10 > 0
