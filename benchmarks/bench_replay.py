@@ -122,7 +122,8 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[float, int, str]
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env=env)  # fmt: skip
-        out = proc.stdout.read() if proc.stdout else b""
+        with proc.stdout if proc.stdout else open(os.devnull, "rb") as pipe:
+            out = pipe.read()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         peak = int(noted.read() or 0) // 1024 if peaked else usage.ru_maxrss // 1024
