@@ -50,3 +50,23 @@ def refuse_one_batch(monkeypatch: pytest.MonkeyPatch, log_class: type, *,
 
     monkeypatch.setattr(log_class, "_exclusive", exclusive)
     return flag
+
+
+def refuse_one_write(monkeypatch: pytest.MonkeyPatch, log_class: type, *,
+                     armed: bool = True) -> list[bool]:  # fmt: skip
+    """Make the next batch of any ``log_class`` log, once ``flag[0]`` is true, fail
+    where it writes, after its commands were decided (:class:`StorageUnavailable`, as a
+    full disk does: nothing of the batch is kept); the flag returned is cleared when
+    that fault happened. (:func:`refuse_one_batch` fails before anything is decided.)"""
+    real = log_class._flush
+    flag = [armed]
+
+    async def flush(self: Any, durable: bool) -> None:
+        if flag[0]:
+            flag[0] = False
+            self._staged.clear()  # as the real one: written, then cut back
+            raise StorageUnavailable("no space left on the disk")
+        await real(self, durable)
+
+    monkeypatch.setattr(log_class, "_flush", flush)
+    return flag

@@ -18,5 +18,7 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     yield h
     for engine in h.engines:
         await engine.drain(timeout=0)
+    for engine in h.engines:  # every dead letter decided had its notice sent or dropped
+        assert engine._notices == 0, (engine.daemon, engine._notices)
     if h.store.lines and request.node.get_closest_marker("damaged_log") is None:
         assert store_problems(h.store, tmp_path / "audited") == []

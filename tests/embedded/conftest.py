@@ -50,6 +50,8 @@ async def make_queue(
     yield _make
     for queue in queues:
         await queue.close(timeout=1)
+    for queue in queues:  # every dead letter decided had its notice sent or dropped
+        assert queue.engine._notices == 0, queue.engine._notices
     if store.lines and request.node.get_closest_marker("damaged_log") is None:
         assert store_problems(store, tmp_path / "audited") == []  # replay --verify: sound
 

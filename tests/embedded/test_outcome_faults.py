@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from embeddedkit import WAIT
-from faultkit import patchable_file_logs, refuse_one_batch
+from faultkit import patchable_file_logs, refuse_one_batch, refuse_one_write
 
 from snerd.dispatcher.executors import Job
 from snerd.embedded import Queue
@@ -86,3 +86,42 @@ async def test_a_success_and_an_enqueue_refused_together_keep_their_promises(
     events = [(r.get(ev.F_EVENT), r.get(ev.F_TASK_ID)) for r in read_records(log)]
     assert sorted(t for e, t in events if e == ev.SUCCEEDED) == ["k0", "k1"]
     assert [t for e, t in events if e == ev.ENQUEUED] == ["k0", "k1"]
+
+
+@pytest.mark.parametrize("where", ["lock", "write"])
+async def test_a_dead_letter_refused_by_a_storage_fault_is_noticed_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A failure that dead-letters, in a batch the storage refuses (at the lock, before
+    anything is decided, or at the write, after), is kept and written later
+    (``Engine._write_later``): its notice goes out once, after that write, and ``join``
+    waits for it (a decision refused at the write owes no notice of its own)."""
+    import snerd
+
+    log_class = patchable_file_logs(monkeypatch)  # before the queue opens its log
+    queue = Queue(str(tmp_path / "s"), fsync=False)
+    dead: list[str] = []
+    queue.on_dead_letter(lambda record: dead.append(record[ev.F_TASK_ID]))
+    gate = asyncio.Event()
+    started = asyncio.Event()
+
+    @queue.handler("t")
+    async def work(job: Job) -> None:
+        started.set()
+        await gate.wait()
+        raise snerd.Fail("no")
+
+    refuse = refuse_one_batch if where == "lock" else refuse_one_write
+    failing = refuse(monkeypatch, log_class, armed=False)
+    async with queue:
+        await queue.enqueue("k0", "t", {})
+        await asyncio.wait_for(started.wait(), WAIT)
+        failing[0] = True  # the next batch: the failure that dead-letters k0
+        gate.set()
+        await queue.join(timeout=WAIT)
+        assert not failing[0]  # the fault did happen
+        assert dead == ["k0"]
+        assert queue.engine._notices == 0 and not queue.engine.settling
+    log = tmp_path / "s" / "tasks" / "tasks.log"
+    events = [(r.get(ev.F_EVENT), r.get(ev.F_TASK_ID)) for r in read_records(log)]
+    assert events.count((ev.DEAD_LETTERED, "k0")) == 1
