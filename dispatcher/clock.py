@@ -78,7 +78,18 @@ class ManualClock:
         return self._now
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Timer:
+        """``callback`` at ``when``: on the :meth:`advance` that reaches it, or, for an
+        instant already reached, on the loop's next turn, as :class:`SystemClock`'s
+        (a timer armed for a past instant otherwise waited for the next advance)."""
         timer = _ManualTimer()
+        if when <= self._now:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (a synchronous test): the next advance runs it
+                pass
+            else:
+                loop.call_soon(_unless_cancelled, timer, callback)
+                return timer
         heapq.heappush(self._timers, (when, next(self._ids), timer, callback))
         return timer
 
@@ -92,3 +103,8 @@ class ManualClock:
             _, _, timer, callback = heapq.heappop(self._timers)
             if not timer.cancelled:
                 callback()
+
+
+def _unless_cancelled(timer: _ManualTimer, callback: Callable[[], None]) -> None:
+    if not timer.cancelled:
+        callback()
