@@ -132,7 +132,8 @@ async def test_duplicate_enqueue_raises_with_the_daemon_message(queue: Any) -> N
 
 async def test_sdk_enqueue_options_are_accepted(queue: Any, tmp_path: Path) -> None:
     await queue.start_listening()
-    later = dt.datetime.utcnow() + dt.timedelta(hours=1)  # naive: the SDK sends no offset
+    # naive, in UTC: the SDK sends no offset (utcnow's value, without its deprecation)
+    later = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(hours=1)
     await asyncio.wait_for(queue.enqueue(
         "opts", "nobody", {"a": 1}, max_retries=5, retry_after_hours=0.25,
         rate_limit_group="g", max_per_minute=10, auto_dedupe=True, urgency_score=3.5,
