@@ -101,8 +101,7 @@ class ManualClock:
         self._now = max(self._now, instant)
         while self._timers and self._timers[0][0] <= self._now:
             _, _, timer, callback = heapq.heappop(self._timers)
-            if not timer.cancelled:
-                callback()
+            _unless_cancelled(timer, callback)
 
 
 def _unless_cancelled(timer: _ManualTimer, callback: Callable[[], None]) -> None:

@@ -348,21 +348,21 @@ class Engine:
         """Run ``decide`` under the log lock (after catching up with every other
         writer) and append what it returns; afterwards announce our dead letters, once
         they are durable (a notice is something a client may rely on after a crash)."""
-        written: list[Record] = []
+        owed: list[Record] = []  # the decision's dead letters, counted from it
 
         def command() -> tuple[list[Record], T]:
             records, result = decide()
-            written.extend(records)
-            if _dead_letters(records):
-                self._notices += 1  # (counted from the decision: see :attr:`settling`)
+            owed.extend(_dead_letters(records))
+            if owed:
+                self._notices += 1  # (see :attr:`settling`)
             return records, result
 
         try:
             result = await self.log.transact(command, durable=durable)
-            if _dead_letters(written):
-                await self._announce(written, durable)
+            if owed:
+                await self._announce(owed, durable)
         finally:
-            if _dead_letters(written):
+            if owed:
                 self._noticed()
         return result
 
