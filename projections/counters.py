@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections import Counter as PyCounter
 from collections.abc import Iterable, Mapping
 from functools import reduce
-from itertools import chain, groupby, repeat
+from itertools import repeat
 from math import isnan
-from operator import add, itemgetter
+from operator import add
 from typing import Any, Final, TypeAlias
 
 from immutables import Map
@@ -180,18 +179,30 @@ class Totals:
             node = node._parent
         assert node is not None and node._sums is not None  # a chain starts at a base
         counters, histograms = node._sums
-        links.reverse()  # oldest first
-        counters = _added(counters, PyCounter(chain.from_iterable(link._counted for link in links)))
-        # each key's samples in the order seen (a stable sort by key keeps it)
-        samples = sorted(chain.from_iterable(link._observed for link in links), key=_first)
+        # (the keys and samples typed Any: compiled, a typed tuple is unpacked into a
+        # struct and boxed anew for each dict operation)
+        counts: dict[Any, int] = {}
+        samples: dict[Any, list[Any]] = {}  # each key's samples in the order seen
+        for link in reversed(links):  # oldest first
+            counted: list[Any] = link._counted
+            for key in counted:
+                counts[key] = counts.get(key, 0) + 1
+            seen_here: list[Any] = link._observed
+            for pair in seen_here:
+                seen = samples.get(pair[0])
+                if seen is None:
+                    samples[pair[0]] = [pair[1]]
+                else:
+                    seen.append(pair[1])
+        counters = _added(counters, counts)
         if samples:
             with histograms.mutate() as changing_h:
-                for hkey, group in groupby(samples, _first):
+                for hkey, seen in samples.items():
                     tally = Tally()
                     hist = changing_h.get(hkey)
                     if hist is not None:
                         tally.add(hist)
-                    tally.observe_all(list(map(_second, group)))
+                    tally.observe_all(seen)
                     changing_h[hkey] = tally.frozen()
                 histograms = changing_h.finish()
         sums = self._sums = (counters, histograms)
@@ -236,9 +247,6 @@ def _added(
         added: Map[CounterKey, int] = changing.finish()
     return added
 
-
-_first = itemgetter(0)
-_second = itemgetter(1)
 
 NO_TOTALS: Final = Totals.of(Map(), Map())
 """The totals of an empty log."""
