@@ -213,7 +213,7 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
     task = f"task-{args.tasks // 2:08d}"
     _warm(log, index)
     one, _, _ = run("replay", str(storage), "--task", task)
-    print(f"replay --task {task}    : {one:7.2f} s (process start and summary included)")
+    print(f"replay --task {task}    : {one:7.2f} s (process start included; the index alone)")
     lookups = []
     for i in range(5):
         wanted = f"task-{(args.tasks * (2 * i + 1)) // 10:08d}"

@@ -140,16 +140,7 @@ def run_replay(
 
 def summary(history: History, source: Source) -> dict[str, Any]:
     """The ``--json`` object: one entry per task id, counts per state, totals."""
-    tasks = {
-        task_id: {
-            "state": h.state,
-            "attempts": h.attempts,
-            "last_error": h.last_error,
-            "type": h.type,
-            "history_len": h.history_len,
-        }
-        for task_id, h in history.tasks.items()
-    }
+    tasks = {task_id: task_row(h) for task_id, h in history.tasks.items()}
     return {
         "tasks": tasks,
         "counts": history.counts(),
@@ -358,6 +349,32 @@ def _opt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def task_row(entry: TaskHistory) -> dict[str, Any]:
+    """A task's line of the ``--json`` summary."""
+    return {
+        "state": entry.state,
+        "attempts": entry.attempts,
+        "last_error": entry.last_error,
+        "type": entry.type,
+        "history_len": entry.history_len,
+    }
+
+
+def _task_alone(task_id: str, entry: TaskHistory | None, shown: str, as_json: bool) -> None:
+    """``--task`` read through the per-task index: that task's history, and not the
+    figures of every task, which would take a pass over the whole log. (A task a
+    compaction restated has a record without ``ts`` and is not read this way: its
+    replay says where its history starts.)"""
+    if entry is None:
+        kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
+        return
+    if as_json:
+        kit.emit_json({"task": {"id": task_id, **task_row(entry)},
+                       "history": transition_rows(entry)})  # fmt: skip
+        return
+    render_task(entry)
+
+
 # --- the command ------------------------------------------------------------------------
 
 
@@ -379,6 +396,11 @@ def replay(
     try:
         at = parse_at(at_text)
         source = open_source(path)
+        if task_id is not None and at is None and not verify:
+            known, entry = indexed_history(source, task_id, time.time())
+            if known:  # the task's records through the index: no pass over the log
+                _task_alone(task_id, entry, shown, as_json)
+                return
         if verify and source.files:  # the chain, checked on another core as the replay runs
             aside = verify_plain_aside(source.files, chain_key(), watch=EDGE_YEARS)
         now = time.time()

@@ -187,7 +187,8 @@ def test_task_history_shows_when_a_child_was_unblocked(tmp_path: Path) -> None:
         ("unblocked", "pending", True, 4),
     ]
     assert data["history"][1]["reason"] == "succeeded of p"
-    assert data["tasks"]["c"]["history_len"] == 1
+    assert data["task"] == {"id": "c", "state": "pending", "attempts": 0, "last_error": None,
+                            "type": "job", "history_len": 1}
 
 
 def test_task_history_of_a_failed_through_child(dag_storage: Path) -> None:
@@ -469,3 +470,72 @@ def test_the_daemon_loads_the_dashboard_only_when_asked(tmp_path: Path) -> None:
 def test_help_lists_replay() -> None:
     done = python("from snerd.cli import main; main()", "--help")
     assert done.returncode == 0 and "replay" in done.stdout
+
+
+# --- --task alone: through the per-task index, no pass over the log ---------------------
+
+
+def test_a_task_alone_is_read_through_the_index_and_not_the_whole_log(
+    dag_storage: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import snerd.tools.replay as replay_module
+
+    def no_pass(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a pass over the whole log, for one task's history")
+
+    for name in ("fast_replay", "summarize", "audit"):
+        monkeypatch.setattr(replay_module, name, no_pass)
+    result = run(dag_storage, "--task", "r")
+    assert result.exit_code == 0, result.output
+    assert "Task r (job): completed, 2 attempt(s); last error: flaky" in result.output
+    assert "Replayed" not in result.output  # no figures of every task
+    data = as_json(dag_storage, "--task", "g")
+    assert data == {
+        "task": {"id": "g", "state": "dead_lettered", "attempts": 0,
+                 "last_error": "parent task failed: c", "type": "job", "history_len": 2},
+        "history": data["history"],
+    }  # fmt: skip
+    assert [h["event"] for h in data["history"]] == ["enqueued", "dead_lettered"]
+    ghost = run(dag_storage, "--task", "ghost")
+    assert ghost.exit_code == 1 and "no task 'ghost'" in ghost.output
+
+
+def test_a_task_with_at_or_verify_still_replays_the_log(dag_storage: Path) -> None:
+    at = run(dag_storage, "--task", "r", "--at", format_instant(T + 4))
+    assert at.exit_code == 0 and "Replayed" in at.output  # the state as of then: a pass
+    assert "retry_scheduled" in at.output and "succeeded" not in at.output
+    checked = run(dag_storage, "--task", "r", "--verify")
+    assert "Replayed" in checked.output and "Task r (job)" in checked.output
+
+
+def test_a_task_a_compaction_restated_is_replayed_and_says_its_history_is_cut(
+    tmp_path: Path,
+) -> None:
+    """The live log starts at a compaction whose archive was pruned: a task the snapshot
+    restates (a record without ``ts``) is not read through the index alone; its replay
+    says that the history before the compaction is gone."""
+    from snerd.eventlog.filelog import FileLog
+
+    records = dag_log()
+
+    class Sink:
+        def on_records(self, batch: Any) -> None: ...
+        def on_reset(self) -> None: ...
+        def on_skipped(self, skipped: Any) -> None: ...
+
+    async def build() -> None:
+        log = FileLog(tmp_path / "s", follow=False, fsync=False)
+        await log.open(Sink())
+        await log.append([{k: v for k, v in r.items() if k != "seq"} for r in records[:10]])
+        state, _ = fold(empty(), records[:10])
+        await log.compact(snapshot_records(state, T + 4))
+        await log.append([{k: v for k, v in r.items() if k != "seq"} for r in records[10:]])
+        await log.close()
+
+    asyncio.run(build())
+    for archive in (tmp_path / "s" / "tasks" / "archive").iterdir():
+        archive.unlink()  # retention pruned it
+    result = run(tmp_path / "s", "--task", "r")
+    assert result.exit_code == 0, result.output
+    assert "Task r (job): completed" in result.output and "succeeded" in result.output
+    assert "the history up to seq 10 was compacted" in result.output
