@@ -299,7 +299,9 @@ def test_snerdmq_log_fails_verify_on_garbage_and_torn_tail(snerdmq_log: Path) ->
     ]
 
 
-def test_a_storage_dir_reads_archives_then_the_live_log(tmp_path: Path) -> None:
+def compacted_dag(storage: Path) -> None:
+    """The DAG log written by a FileLog that compacts after its tenth record (the
+    archive holds the ten, the live log a snapshot and the rest)."""
     from snerd.eventlog.filelog import FileLog
 
     records = dag_log()
@@ -310,7 +312,7 @@ def test_a_storage_dir_reads_archives_then_the_live_log(tmp_path: Path) -> None:
         def on_skipped(self, skipped: Any) -> None: ...
 
     async def build() -> None:
-        log = FileLog(tmp_path / "s", follow=False, fsync=False)
+        log = FileLog(storage, follow=False, fsync=False)
         await log.open(Sink())
         await log.append([{k: v for k, v in r.items() if k != "seq"} for r in records[:10]])
         state, _ = fold(empty(), records[:10])
@@ -319,6 +321,10 @@ def test_a_storage_dir_reads_archives_then_the_live_log(tmp_path: Path) -> None:
         await log.close()
 
     asyncio.run(build())
+
+
+def test_a_storage_dir_reads_archives_then_the_live_log(tmp_path: Path) -> None:
+    compacted_dag(tmp_path / "s")
     assert len(list((tmp_path / "s" / "tasks" / "archive").iterdir())) == 1
     whole = as_json(tmp_path / "s", "--verify")
     assert whole["problems"] == [] and whole["events"] == 16
@@ -514,25 +520,7 @@ def test_a_task_a_compaction_restated_is_replayed_and_says_its_history_is_cut(
     """The live log starts at a compaction whose archive was pruned: a task the snapshot
     restates (a record without ``ts``) is not read through the index alone; its replay
     says that the history before the compaction is gone."""
-    from snerd.eventlog.filelog import FileLog
-
-    records = dag_log()
-
-    class Sink:
-        def on_records(self, batch: Any) -> None: ...
-        def on_reset(self) -> None: ...
-        def on_skipped(self, skipped: Any) -> None: ...
-
-    async def build() -> None:
-        log = FileLog(tmp_path / "s", follow=False, fsync=False)
-        await log.open(Sink())
-        await log.append([{k: v for k, v in r.items() if k != "seq"} for r in records[:10]])
-        state, _ = fold(empty(), records[:10])
-        await log.compact(snapshot_records(state, T + 4))
-        await log.append([{k: v for k, v in r.items() if k != "seq"} for r in records[10:]])
-        await log.close()
-
-    asyncio.run(build())
+    compacted_dag(tmp_path / "s")
     for archive in (tmp_path / "s" / "tasks" / "archive").iterdir():
         archive.unlink()  # retention pruned it
     result = run(tmp_path / "s", "--task", "r")
