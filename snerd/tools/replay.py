@@ -92,11 +92,12 @@ def run_replay(
 ) -> tuple[History | Tally, TaskHistory | None]:
     """The figures of every task, and the full history of ``task`` if given.
 
-    With ``figures_only`` (what the plain summary prints) and no ``--at`` or
-    ``--verify``, a :class:`Census` over a fast scan gives the figures (falling back
-    to the full summary on a log it cannot judge), building the per-task index on
-    the way when it is missing; ``task``'s transitions then come from the index.
-    Otherwise the figures come from the :class:`Summary`, and a task's transitions
+    With ``figures_only`` (what the plain summary prints), no ``task`` and no ``--at``
+    or ``--verify``, a :class:`Census` over a fast scan gives the figures (falling back
+    to the full summary on a log it cannot judge), building the per-task index on the
+    way when it is missing. (A task alone the command reads through the index without
+    a replay; it comes here only where the index cannot tell.) Otherwise the figures
+    come from the :class:`Summary`, and a task's transitions
     from a second pass that folds only the records of that task and of its parents
     (all its state depends on); ``--verify`` needs the state before every record,
     hence the full audit fold (several times slower), unless a checked census vouches
@@ -108,14 +109,10 @@ def run_replay(
         tally = fast_replay(source, now, checked=True, edges=not edges_aside)
         if tally is not None:
             return tally, None
-    if figures_only and at is None and not verify:
+    if figures_only and at is None and not verify and task is None:
         tally = fast_replay(source, now)
         if tally is not None:
-            if task is None:
-                return tally, None
-            known, entry = indexed_history(source, task, now)
-            if known:
-                return tally, entry
+            return tally, None
     ensure_index(source)
     now = now if at is None else at
     records: Iterator[Record] = source.records()
