@@ -20,6 +20,11 @@ cycle runs from one ack to the next, in segments:
   callbacks; encoding the ack and the ``execute``);
 - the ack's write.
 
+and how often the SDK read our ``execute`` before it wrote its next enqueue: it then
+parses it and starts the handler first (it dispatches each line it reads as a task, in
+order), which lengthens its turn, the SDK's work, against the cycles in which it read
+the ``execute`` only after.
+
 It prints each segment's median (us) and its share of the median period, our daemon's
 CPU in its segments, and the SDK's split. Our CPU in the SDK's segment (the last
 task's fold after its ack, its ``execute``, its ``result``) tells who waits: as long as
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import bisect
 import contextlib
 import itertools
 import os
@@ -60,12 +66,15 @@ class Call(NamedTuple):
     cpu_end: int
     op: str  # "R" read, "W" write, "F" fsync
     fd: int
-    tag: str  # "ack", "enqueue" or "" (what the bytes read or written hold)
+    tag: str  # "ack", "ack+execute", "execute", "enqueue" or "" (what the bytes hold)
 
 
 def _tag(data: bytes) -> str:
+    execute = b'"action":"execute"' in data
     if b'"action":"ack"' in data:
-        return "ack"
+        return "ack+execute" if execute else "ack"
+    if execute:
+        return "execute"
     if b'"enqueue"' in data:
         return "enqueue"
     return ""
@@ -130,14 +139,16 @@ class Cycle(NamedTuple):
     sdk_wake: float  # our ack written -> the SDK's read of it
     sdk_work: float  # the SDK's read of the ack -> its write of the next enqueue
     sdk_back: float  # that write -> our read of it
+    sdk_execute: bool  # the SDK read our ``execute`` before it wrote the next enqueue
 
 
 def cycles(daemon: list[Call], sdk: list[Call]) -> list[Cycle]:
     """Each task's cycle, from one ack to the next; a cycle that does not match the
     usual shape (one read of the enqueue, one fsync, its ack) is left out."""
     acks = [i for i, c in enumerate(daemon) if c.op == "W" and c.tag == "ack"]
-    sdk_acks = [c for c in sdk if c.op == "R" and c.tag == "ack"]
+    sdk_acks = [c for c in sdk if c.op == "R" and c.tag.startswith("ack")]
     sdk_enqueues = [c for c in sdk if c.op == "W" and c.tag == "enqueue"]
+    sdk_executes = [c.start for c in sdk if c.op == "R" and c.tag.endswith("execute")]
     out = []
     for a, b in itertools.pairwise(acks):
         first, last = daemon[a], daemon[b]
@@ -168,8 +179,15 @@ def cycles(daemon: list[Call], sdk: list[Call]) -> list[Cycle]:
             sdk_wake=(woke.start - first.end) / 1e3,
             sdk_work=(sent.start - woke.end) / 1e3,
             sdk_back=(got.start - sent.end) / 1e3,
+            sdk_execute=_any_within(sdk_executes, woke.start, sent.start),
         ))  # fmt: skip
     return out
+
+
+def _any_within(starts: list[int], low: int, high: int) -> bool:
+    """Whether any of ``starts`` (sorted) lies in [low, high)."""
+    at = bisect.bisect_left(starts, low)
+    return at < len(starts) and starts[at] < high
 
 
 @contextlib.contextmanager
@@ -217,6 +235,16 @@ def report(found: list[Cycle], n: int) -> None:
         value = med(field)
         extra = f"  (our CPU {med(cpu):.0f} us)" if cpu else ""
         print(f"  {label:<70} {value:6.0f} us {value / period:5.0%}{extra}")
+    first = [c.sdk_work for c in found if c.sdk_execute]
+    later = [c.sdk_work for c in found if not c.sdk_execute]
+    print(
+        f"the SDK read our execute before writing its next enqueue in {len(first) / len(found):.0%}"
+        f" of the cycles: its work {_median(first)} there, {_median(later)} in the others"
+    )
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} us" if values else "none"
 
 
 def main() -> None:
