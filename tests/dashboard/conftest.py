@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -13,18 +14,31 @@ from auditkit import storage_problems
 from dashkit import fake_peer, reader_engine, seed_storage
 
 from snerd.dashboard.server import MONITOR_KEY, create_app
+from snerd.dispatcher.clock import ManualClock
 from snerd.dispatcher.engine import Engine
 
 MakeClient = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
 
 
+@pytest.fixture
+def seed_now() -> float:
+    """The instant the seed is written at and the dashboard's clock then stays at: the
+    seed's completions are in the current minute of its throughput and its claims in
+    the rate window, however long the test runs and whatever minute it starts in (on
+    the system's clock, a minute that turned between the seed and a read moved them
+    into the past)."""
+    return time.time()
+
+
 @pytest.fixture(params=["file", "postgres"])
-async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Path | str]:
+async def storage(
+    request: pytest.FixtureRequest, tmp_path: Path, seed_now: float
+) -> AsyncIterator[Path | str]:
     """The seeded queue: a storage dir, or a queue in PostgreSQL (the API reads its
     stored history from the database alike)."""
     if request.param == "file":
         path = tmp_path / "store"
-        await seed_storage(path)
+        await seed_storage(path, seed_now)
         yield path
         assert storage_problems(path) == []  # what the API wrote passes replay --verify
         return
@@ -34,7 +48,7 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     queue = pgkit.fresh_queue()
     try:
         url = pgkit.queue_url(queue)
-        await seed_storage(url)
+        await seed_storage(url, seed_now)
         yield url
         assert storage_problems(url) == []
     finally:
@@ -42,8 +56,8 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
 
 @pytest.fixture
-async def engine(storage: Path | str) -> AsyncIterator[Engine]:
-    eng = reader_engine(storage)
+async def engine(storage: Path | str, seed_now: float) -> AsyncIterator[Engine]:
+    eng = reader_engine(storage, ManualClock(seed_now))
     await eng.start()
     yield eng
     await eng.drain(0)

@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from snerd.dispatcher.clock import Clock
 from snerd.dispatcher.engine import Engine, EngineConfig
 from snerd.eventlog.base import Record
 from snerd.eventlog.filelog import FileLog
@@ -115,15 +116,17 @@ def seed_records(now: float | None = None) -> list[Record]:
     return s.records
 
 
-def reader_engine(storage: Path | str) -> Engine:
-    """The read-only engine ``snerdmq dashboard`` runs: follows the log, claims nothing."""
+def reader_engine(storage: Path | str, clock: Clock | None = None) -> Engine:
+    """The read-only engine ``snerdmq dashboard`` runs: follows the log, claims nothing
+    (on ``clock``, the system's by default)."""
     config = EngineConfig(daemon_id="dashboard-test", compact_min_bytes=1 << 62)
     if isinstance(storage, str) and storage.startswith("postgresql://"):
         from snerd.eventlog.postgres.log import PostgresLog
 
         return Engine(PostgresLog(storage, fsync=False, poll_interval=0.02), executors=[],
-                      config=config)  # fmt: skip
-    return Engine(FileLog(storage, fsync=False, poll_interval=0.02), executors=[], config=config)
+                      config=config, clock=clock)  # fmt: skip
+    log = FileLog(storage, fsync=False, poll_interval=0.02)
+    return Engine(log, executors=[], config=config, clock=clock)
 
 
 async def seed_storage(storage: Path | str, now: float | None = None) -> None:
