@@ -145,7 +145,7 @@ class Cycle(NamedTuple):
 def cycles(daemon: list[Call], sdk: list[Call]) -> list[Cycle]:
     """Each task's cycle, from one ack to the next; a cycle that does not match the
     usual shape (one read of the enqueue, one fsync, its ack) is left out."""
-    acks = [i for i, c in enumerate(daemon) if c.op == "W" and c.tag == "ack"]
+    acks = [i for i, c in enumerate(daemon) if c.op == "W" and c.tag.startswith("ack")]
     sdk_acks = [c for c in sdk if c.op == "R" and c.tag.startswith("ack")]
     sdk_enqueues = [c for c in sdk if c.op == "W" and c.tag == "enqueue"]
     sdk_executes = [c.start for c in sdk if c.op == "R" and c.tag.endswith("execute")]

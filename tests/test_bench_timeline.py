@@ -122,3 +122,14 @@ def test_an_ack_read_with_the_execute_in_it_counts_as_both() -> None:
     daemon.append(_ack(600_000, 240_000))
     found = timeline.cycles(daemon, sdk)
     assert [c.sdk_execute for c in found] == [True]
+
+
+def test_our_ack_written_with_an_execute_still_ends_a_cycle() -> None:
+    daemon, sdk = [_ack(0, 0)], []
+    for k in range(2):
+        start = k * 600_000
+        d, s = _task(start, k * 1_000_000)
+        daemon += d
+        sdk += s
+        daemon.append(_ack(start + 600_000, k * 1_000_000 + 240_000)._replace(tag="ack+execute"))
+    assert [c.period for c in timeline.cycles(daemon, sdk)] == [600.0, 600.0]
