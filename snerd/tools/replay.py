@@ -357,13 +357,17 @@ def task_row(entry: TaskHistory) -> dict[str, Any]:
     }
 
 
+def _no_task(task_id: str, shown: str) -> None:
+    kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
+
+
 def _task_alone(task_id: str, entry: TaskHistory | None, shown: str, as_json: bool) -> None:
     """``--task`` read through the per-task index: that task's history, and not the
     figures of every task, which would take a pass over the whole log. (A task a
     compaction restated has a record without ``ts`` and is not read this way: its
     replay says where its history starts.)"""
     if entry is None:
-        kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
+        _no_task(task_id, shown)
         return
     if as_json:
         kit.emit_json({"task": {"id": task_id, **task_row(entry)},
@@ -417,7 +421,7 @@ def replay(
         kit.fail(str(exc), code=2)
         return
     if task_id is not None and entry is None:
-        kit.fail(f"no task {task_id!r} in {shown}", code=1)  # as cancel and dlq say it
+        _no_task(task_id, shown)
         return
     problems = problem_rows(history, source) if verify else []
     try:
