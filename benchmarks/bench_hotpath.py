@@ -271,18 +271,20 @@ async def stdio_blocking(cmd: list[str], n: int, handler: bool) -> tuple[float, 
 
 
 def count_syncs(tmp: Path, n: int) -> float | None:
-    """fsync + fdatasync calls per task (``strace -f -c``, from outside the process) for n
+    """fsync + fdatasync calls per task, with the fsyncs submitted through kernel AIO
+    (``io_submit``: the log submits nothing else; ``eventlog.aio``), counted by
+    ``strace -f -c`` from outside the process, for n
     tasks enqueued one at a time, each executed and answered (a blocking stdio client,
     as an SDK awaiting each enqueue drives it)."""
     strace = shutil.which("strace")
     if strace is None:
         return None
     report = tmp / "strace.txt"
-    cmd = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(report),
+    cmd = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync,io_submit", "-o", str(report),
            sys.executable, "-c", OURS, str(tmp / "traced")]  # fmt: skip
     asyncio.run(stdio_blocking(cmd, n, handler=True))
     calls = 0
-    for name in ("fsync", "fdatasync"):
+    for name in ("fsync", "fdatasync", "io_submit"):
         match = re.search(rf"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?{name}\s*$",
                           report.read_text(), re.M)  # fmt: skip
         if match:

@@ -144,6 +144,11 @@ class BatchingLog(EventLog):
         self._held: list[Record] = []
         """Records stamped and staged by the batch being run that the listener has not
         heard yet (:meth:`_deliver_held`)."""
+        self._overlap: Callable[[], None] | None = None
+        """What the flush under way may run while its sync does (the listener hearing
+        the batch: :meth:`_commit`), for a backend whose sync can run while the thread
+        works (FileLog, through kernel AIO); one that cannot leaves it be, and the
+        records are heard after the flush (:meth:`_answer`)."""
         self._sync_timer: asyncio.TimerHandle | None = None
         self._idle_hook = type(self)._idle is not BatchingLog._idle
         """Whether the backend does anything in :meth:`_idle` (else the writer does not
@@ -647,7 +652,9 @@ class BatchingLog(EventLog):
         The listener hears a request's records before the next request is decided (it
         decides against the listener's state) and before its future resolves, but after
         they are written and the ``on_durable`` hooks of a durable write have run: the
-        fold of what a durable write carries is not on the way to its ack. When a write
+        fold of what a durable write carries is not on the way to its ack. A batch with no
+        such hook (the embedded queue's, whose answers are the futures) is heard during
+        its sync where the backend can overlap the two (:attr:`_overlap`). When a write
         fails, the listener hears its records all the same, as before the write, and the
         fault's recovery reads back what the storage holds. ``thens``: whether any
         request has a ``then`` to call (none: no pass over the batch for them)."""
@@ -670,16 +677,19 @@ class BatchingLog(EventLog):
                 hooked = hooked or has_hook
                 waiting = waiting or (d and has_hook)
             durable = durable and (staged or self._unsynced)
-            if staged or durable:
-                await self._commit(durable)
+            if staged or durable:  # (no acks to send first: heard during the sync)
+                await self._commit(durable, hear=not hooked)
             self._answer(done, hooked)  # under the lock: heard before anything another writer adds
         if thens:
             for req in batch:  # every one is done by now: its ``then``, the lock let go
                 settle(req)
         return staged or wrote
 
-    async def _commit(self, durable: bool) -> None:
-        """Flush what is staged (synced if ``durable``) and count it."""
+    async def _commit(self, durable: bool, *, hear: bool = False) -> None:
+        """Flush what is staged (synced if ``durable``) and count it; with ``hear``, the
+        listener hears the records held once they are written, during the sync where
+        the backend can (:attr:`_overlap`), rather than after it."""
+        self._overlap = self._deliver_held if hear and self._held else None
         try:
             await self._flush(durable)
         except StorageUnavailable:
@@ -688,6 +698,8 @@ class BatchingLog(EventLog):
         except BaseException:
             self._held.clear()  # the instance stops (fail-stop): nothing more is heard
             raise
+        finally:
+            self._overlap = None
         self.commits += 1
         self._synced(durable)
 

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,8 @@ from typing import ClassVar
 from mypy_extensions import mypyc_attr
 
 from snerd.errors import LogError
-from snerd.eventlog import compaction, locking
+from snerd.eventlog import aio, compaction, locking
+from snerd.eventlog.aio import AioFsync
 from snerd.eventlog.base import (
     LogListener,
     LogStats,
@@ -92,6 +93,11 @@ class FileLog(BatchingLog):
     SPLIT_FLUSH: ClassVar[bool] = True
     """A batch's second write and its own fsync need no new lock hold."""
 
+    AIO_FSYNC: ClassVar[bool] = True
+    """Whether a flush with work to overlap (:attr:`_overlap`) syncs through kernel
+    AIO (``eventlog.aio``) where the system has it, the work run during the sync; off,
+    every sync is an ``fsync`` (tests that count or fail them turn it off)."""
+
     def __init__(
         self,
         storage: str | os.PathLike[str],
@@ -120,6 +126,8 @@ class FileLog(BatchingLog):
         self._mutex = asyncio.Lock()  # reading state and the write path, in-process
         self._compact_lock = asyncio.Lock()
         self._fsync_seconds = 0.0  # moving average of recent fsyncs
+        self._aio: AioFsync | None = None  # the live file's, once a flush overlaps its sync
+        self._aio_off = not self.AIO_FSYNC  # none to be had here (or switched off)
         self._fsyncs = 0
         self._fsync_total = 0.0
         self._watcher: Watcher | None = None
@@ -194,6 +202,7 @@ class FileLog(BatchingLog):
             self._closed.set_result(None)
 
     def _close_fds(self) -> None:
+        self._drop_aio()
         for fd in (self._fd, self._lock_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -245,6 +254,7 @@ class FileLog(BatchingLog):
         self._pending = b""
         self._generation += 1
         if old >= 0:
+            self._drop_aio()
             os.close(old)
 
     async def _read_new(self) -> int:
@@ -338,6 +348,7 @@ class FileLog(BatchingLog):
                 raise
             old, self._fd, self._ino = self._fd, fd, ino
             if old >= 0:
+                self._drop_aio()
                 with contextlib.suppress(OSError):
                     os.close(old)
             self._read_pos = 0
@@ -401,10 +412,49 @@ class FileLog(BatchingLog):
             compaction.write_all(self._fd, data)
             self._read_pos += len(data)
             if durable and self._fsync_on:
-                await self._fsync()
+                work = self._overlap
+                syncer = None if work is None else self._aio_fsync()
+                if syncer is None or work is None:
+                    await self._fsync()
+                else:
+                    self._overlapped_fsync(syncer, work)
         except OSError as exc:
             raise self._roll_back(start, exc) from exc
         self._own_change = True  # its events are dropped when the lock is released
+
+    def _aio_fsync(self) -> AioFsync | None:
+        """The live file's :class:`AioFsync` while fsyncs are fast and AIO is to be had."""
+        if self._aio_off or self._fsync_seconds >= INLINE_FSYNC_SECONDS:
+            return None
+        if self._aio is not None and self._aio.fd != self._fd:  # (a file switched)
+            self._drop_aio()
+        if self._aio is None:
+            self._aio = aio.open_fsync(self._fd)
+            self._aio_off = self._aio is None
+        return self._aio
+
+    def _overlapped_fsync(self, syncer: AioFsync, work: Callable[[], None]) -> None:
+        """Submit the sync, run ``work``, wait for the sync (timed as the writer saw it,
+        the work included: an upper bound, for the inline-or-pool average)."""
+        start = time.perf_counter()
+        try:
+            syncer.submit()
+        except aio.Unsupported:  # (a kernel before 4.18): fsync from now on
+            self._drop_aio()
+            self._aio_off = True
+            self._count_fsync(self._timed_fsync())
+            work()
+            return
+        try:
+            work()
+        finally:
+            syncer.wait()  # (its error, after the work's: the batch is rolled back)
+        self._count_fsync(time.perf_counter() - start)
+
+    def _drop_aio(self) -> None:
+        if self._aio is not None:
+            self._aio.close()
+            self._aio = None
 
     async def _sync_only(self) -> None:
         """fsync the file: it makes our lines durable whoever holds the lock (a log
@@ -436,6 +486,9 @@ class FileLog(BatchingLog):
         else:
             loop = asyncio.get_running_loop()
             took = await loop.run_in_executor(_FSYNC_POOL, self._timed_fsync)
+        self._count_fsync(took)
+
+    def _count_fsync(self, took: float) -> None:
         self._fsync_seconds = 0.8 * self._fsync_seconds + 0.2 * took
         self._fsyncs += 1
         self._fsync_total += took

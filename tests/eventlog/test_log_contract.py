@@ -14,6 +14,7 @@ import pytest
 from logkit import Backend, OpenLog, PostgresBackend, Recorder
 
 from snerd.errors import LogClosedError, LogError
+from snerd.eventlog.aio import AioFsync
 from snerd.eventlog.base import EventLog, Record
 
 
@@ -287,7 +288,15 @@ async def test_concurrent_transacts_are_group_committed(
         fsyncs += 1
         real_fsync(fd)
 
+    real_submit = AioFsync.submit
+
+    def counting_submit(aio: AioFsync) -> None:  # an fsync through kernel AIO
+        nonlocal fsyncs
+        fsyncs += 1
+        real_submit(aio)
+
     monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(AioFsync, "submit", counting_submit)
     log, rec = await open_log(fsync=True)
     n = 64
     await asyncio.gather(*(log.append(recs(f"k{i}")) for i in range(n)))

@@ -21,6 +21,7 @@ from logkit import FileBackend, Recorder
 
 from snerd.errors import LogError
 from snerd.eventlog import batching, compaction, filelog
+from snerd.eventlog.aio import AioFsync
 from snerd.eventlog.base import StorageUnavailable
 from snerd.eventlog.filelog import FileLog
 
@@ -86,8 +87,16 @@ class Disk:
                 raise OSError(errno.EIO, "Input/output error")
             real_fsync(fd)
 
+        real_wait = AioFsync.wait
+
+        def wait(aio: AioFsync) -> None:  # an fsync through kernel AIO fails as it returns
+            real_wait(aio)
+            if self.fsync_fails:
+                raise OSError(errno.EIO, "Input/output error")
+
         monkeypatch.setattr(compaction, "write_all", write_all)
         monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(AioFsync, "wait", wait)
 
 
 async def test_a_failed_write_is_rolled_back_and_reads_go_on(opened, monkeypatch, tmp_path):
