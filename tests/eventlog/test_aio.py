@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from logkit import Recorder
 
-from snerd.eventlog import aio
+from snerd.eventlog import aio, filelog
 from snerd.eventlog.aio import AioFsync
 from snerd.eventlog.filelog import FileLog
 
@@ -181,3 +181,42 @@ async def test_after_a_compaction_the_sync_is_of_the_new_file(
     await log.append(put("b"))
     after = os.stat(log.path).st_ino
     assert before != after and synced == [before, after]
+
+
+@needs_aio
+async def test_the_sync_is_timed_without_the_work_it_overlapped(
+    file_log: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long fold hidden under the sync does not make the disk look slow; a sync that
+    keeps the thread waiting does, and the next syncs go to the pool (``filelog``'s
+    INLINE_FSYNC_SECONDS), as for an ``fsync``."""
+    now = [0.0]
+    monkeypatch.setattr(filelog.time, "perf_counter", lambda: now[0])
+    waited = [0.0001]
+    submits: list[int] = []
+    real_submit, real_wait = AioFsync.submit, AioFsync.wait
+
+    def submit(syncer: AioFsync) -> None:
+        submits.append(syncer.fd)
+        real_submit(syncer)
+
+    def wait(syncer: AioFsync) -> None:
+        real_wait(syncer)
+        now[0] += waited[0]
+
+    monkeypatch.setattr(AioFsync, "submit", submit)
+    monkeypatch.setattr(AioFsync, "wait", wait)
+
+    class SlowFold(Recorder):
+        def on_records(self, records: Any) -> None:
+            now[0] += 1.0  # a second of work during each sync
+            super().on_records(records)
+
+    log = await file_log(SlowFold())
+    for key in "abcde":
+        await log.append(put(key))
+    assert len(submits) == 5  # every sync through AIO: the disk is fast
+    waited[0] = 0.05  # a slow disk: after one such wait the average passes the bound
+    for key in "fghij":
+        await log.append(put(key))
+    assert len(submits) == 6
