@@ -4,9 +4,10 @@ The log's writer syncs a batch on the loop's thread while fsyncs are fast (``fil
 and whatever it must do after the write waits for the disk. The fold of what a batch
 wrote needs no durability (only the answers do): with :class:`AioFsync` the writer
 submits the sync, folds, then waits for the sync's completion, so the fold runs during
-the disk's wait rather than after it. On the machines measured this took the embedded
-queue's awaited enqueues from 3,786 to 4,683 a second (``benchmarks/README.md``,
-twenty-ninth session).
+the disk's wait rather than after it: the embedded queue's awaited enqueues went from
+3,291 to 3,915 a second on the VM where this was measured (``benchmarks/README.md``,
+twenty-ninth session). The daemon's batches, whose acks leave the moment the sync ends
+and whose fold follows them, keep the inline ``fsync``: with AIO they went slower.
 
 Linux on x86-64 and arm64, through the raw system calls (``ctypes``; the kernel's ABI,
 no library to link). :func:`open_fsync` returns None wherever it cannot be had (another

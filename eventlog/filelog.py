@@ -96,7 +96,7 @@ class FileLog(BatchingLog):
     AIO_FSYNC: ClassVar[bool] = True
     """Whether a flush with work to overlap (:attr:`_overlap`) syncs through kernel
     AIO (``eventlog.aio``) where the system has it, the work run during the sync; off,
-    every sync is an ``fsync`` (tests that count or fail them turn it off)."""
+    every sync is an ``fsync`` (the test of the inline-or-pool choice turns it off)."""
 
     def __init__(
         self,
