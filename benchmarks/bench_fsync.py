@@ -6,6 +6,7 @@
     python -m benchmarks.bench_fsync --after [--rounds R]
     python -m benchmarks.bench_fsync --overlap [--rounds R]
     python -m benchmarks.bench_fsync --neighbour [--rounds R]
+    python -m benchmarks.bench_fsync --edge [--tasks N] [--rounds R] [--compiled]
 
 ``FileLog`` runs an fsync on the event loop's thread while this disk's fsyncs take
 under ``INLINE_FSYNC_SECONDS`` (5 ms), else in its fsync pool, so that a slow volume
@@ -16,10 +17,13 @@ placement, in interleaved rounds (medians), and prints each against inline:
   with the daemon's CPU a task (its (3));
 - the embedded ``snerd.Queue``, sequential awaited enqueues and concurrent ones (its (5)).
 
-Placements: ``inline`` (what this disk gets by default), ``pool`` (every fsync handed to
-the pool of 4 threads: ``INLINE_FSYNC_SECONDS = 0``), ``thread`` (the same, to one
-dedicated thread). The writer awaits its batch's fsync in each, so the loop is free
-meanwhile in the last two; what they cost is the hand-off there and back.
+Placements: ``inline`` (what this disk gets by default: on the loop's thread, and for a
+batch no ack waits on, the embedded queue's, submitted through kernel AIO with the fold
+run during it, ``eventlog/aio.py``), ``fsync`` (on the loop's thread, every sync an
+``fsync``, the fold after it: no AIO), ``pool`` (every fsync handed to the pool of 4
+threads: ``INLINE_FSYNC_SECONDS = 0``), ``thread`` (the same, to one dedicated thread).
+The writer awaits its batch's fsync in the last two, so the loop is free meanwhile; what
+they cost is the hand-off there and back.
 
 ``--gaps`` asks what one fsync costs on this disk as a function of the CPU work done
 between two of them: a loop that appends a 300-byte line and fsyncs it, with a busy
@@ -69,12 +73,24 @@ an fsync after 200 us of work with that CPU idle, running a spin loop in another
 process, or running one 100 us on and 100 us off. (On the VM of 2026-12-06 a first
 probe read 227 us beside the spin loop against 172 idle; this mode and the probe again
 then read 171-172 us for both: no effect there, the first reading a passing one.)
+
+``--edge`` asks where this disk's ``fsync`` turns slow for the embedded queue itself:
+it runs ``snerd.Queue`` with sequential awaited enqueues (``bench_hotpath`` (5)), times
+each sync of the log (an AIO one from its submit to the completion seen, else the
+``fsync`` call) and sorts them by the time from the last sync's end to their start,
+with each bin's share, median, mean and share over 200 us; then the medians of that
+time, of the work run under an AIO sync (submit to wait), and the rate. On the VM of
+2026-12-07 (twenty-ninth session) a sync 60-70 us after the last took 60 us (p50, 1%
+over 200 us), 80-100 us after 189 us (48%): the queue's ~72 us between syncs sat on
+that edge. ``--compiled`` runs it in a copy of the tree built as ``pip install .``
+builds it (the interpreted queue works far longer between its syncs).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import subprocess
@@ -88,10 +104,11 @@ from typing import TypeVar
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_hotpath import OURS, REPO, _shim, sdk_run
+from benchmarks.bench_hotpath import OURS, REPO, _shim, embedded_run, sdk_run
 
 PLACEMENTS = {
     "inline": "",
+    "fsync": "import snerd.eventlog.aio as a; a.open_fsync = lambda fd: None; ",
     "pool": "import snerd.eventlog.filelog as f; f.INLINE_FSYNC_SECONDS = 0.0; ",
     "thread": (
         "import snerd.eventlog.filelog as f; f.INLINE_FSYNC_SECONDS = 0.0; "
@@ -600,6 +617,93 @@ def overlap(directory: str, rounds: int, n: int = 2000) -> None:
         print(f"{f'{cpu:,.0f} us ({cpu / base:.2f}x)':>20}")
 
 
+EDGES: tuple[tuple[int, int | None], ...] = (
+    (0, 60), (60, 70), (70, 80), (80, 100), (100, 150), (150, None)
+)  # fmt: skip
+"""``--edge``'s bins: microseconds from the last sync's end to a sync's start."""
+
+
+def gap_pairs(syncs: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Syncs given as (start, end) seconds, in order: for each after the first, (the time
+    from the last one's end to its start, its own time), in us."""
+    return [((b[0] - a[1]) * 1e6, (b[1] - b[0]) * 1e6) for a, b in itertools.pairwise(syncs)]
+
+
+def by_gap(pairs: Sequence[tuple[float, float]]) -> list[tuple[str, int, float, float, float]]:
+    """``gap_pairs``' pairs sorted by the time since the last sync into :data:`EDGES`:
+    (the bin, how many, their p50 and mean in us, the share of them over 200 us), each
+    bin that holds any."""
+    rows = []
+    for lo, hi in EDGES:
+        took = [t for gap, t in pairs if gap >= lo and (hi is None or gap < hi)]
+        if took:
+            label = f"{lo}-{hi} us" if hi is not None else f"{lo}+ us"
+            over = sum(t > 200 for t in took) / len(took)
+            rows.append((label, len(took), statistics.median(took), statistics.mean(took), over))
+    return rows
+
+
+def _edge_run(storage: Path, n: int) -> tuple[float, list[tuple[float, float]], list[float]]:
+    """One embedded run (``--edge``): its rate, each sync's (start, end), and the work run
+    under each AIO sync (seconds)."""
+    from snerd.eventlog.aio import AioFsync
+
+    clock = time.perf_counter
+    syncs: list[tuple[float, float]] = []
+    under: list[float] = []
+    submitted = [0.0, 0.0]  # the AIO sync under way: its submit's start and end
+    real_submit, real_wait, real_fsync = AioFsync.submit, AioFsync.wait, os.fsync
+
+    def submit(syncer: AioFsync) -> None:
+        submitted[0] = clock()
+        real_submit(syncer)
+        submitted[1] = clock()
+
+    def wait(syncer: AioFsync) -> None:
+        under.append(clock() - submitted[1])
+        real_wait(syncer)
+        syncs.append((submitted[0], clock()))
+
+    def fsync(fd: int) -> None:
+        start = clock()
+        real_fsync(fd)
+        syncs.append((start, clock()))
+
+    AioFsync.submit, AioFsync.wait = submit, wait  # type: ignore[method-assign]
+    os.fsync = fsync
+    try:
+        rate = asyncio.run(embedded_run(storage, n, False))
+    finally:
+        AioFsync.submit, AioFsync.wait = real_submit, real_wait  # type: ignore[method-assign]
+        os.fsync = real_fsync
+    return rate, syncs, under
+
+
+def edge(directory: str, rounds: int, n: int) -> None:
+    """Print ``--edge``'s table: the embedded queue's syncs by the time since the last."""
+    pairs: list[tuple[float, float]] = []
+    under: list[float] = []
+    rates: list[float] = []
+    with tempfile.TemporaryDirectory(dir=directory, prefix="snerd-edge-") as raw_tmp:
+        for round_ in range(rounds):
+            rate, seen, worked = _edge_run(Path(raw_tmp) / f"s{round_}", n)
+            rates.append(rate)
+            pairs.extend(gap_pairs(seen[100:]))  # (past the start-up; no pair across runs)
+            under.extend(worked[100:])
+    print(f"the embedded queue's syncs (bench_hotpath (5): sequential awaited enqueues, {n} "
+          f"tasks, {rounds} rounds), by the time from the last sync's end to their start")
+    print(f"{'time since the last':>22}{'share':>8}{'sync p50':>11}{'mean':>9}{'over 200 us':>13}")
+    rows = by_gap(pairs)
+    total = sum(row[1] for row in rows) or 1
+    for label, count, p50, mean, over in rows:
+        print(f"{label:>22}{count / total:>8.0%}{p50:>8.0f} us{mean:>6.0f} us{over:>13.0%}")
+    gaps_ = [gap for gap, _ in pairs]
+    print(f"time between syncs, p50: {statistics.median(gaps_):.0f} us; "
+          + (f"work under an AIO sync, p50: {statistics.median(under) * 1e6:.0f} us; "
+             if under else "no AIO sync (every sync an fsync); ")
+          + f"rate {statistics.median(rates):,.0f} tasks/s (median of {rounds})")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=3000)
@@ -618,7 +722,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="the work after a write run while its sync runs, or after")
     parser.add_argument("--neighbour", action="store_true",
                         help="an fsync's cost against what the other CPU does")  # fmt: skip
+    parser.add_argument("--edge", action="store_true",
+                        help="the embedded queue's syncs by the time since the last")
+    parser.add_argument("--compiled", action="store_true",
+                        help="run in a copy of this tree built as pip install . builds it")
     args = parser.parse_args(argv)
+    if args.compiled:
+        from benchmarks import trees
+
+        trees.rerun_compiled(args.dir, "benchmarks.bench_fsync")
+    if args.edge:
+        edge(args.dir, args.rounds, args.tasks)
+        return
     modes = {"overlap": overlap, "after": after, "gaps": gaps, "syncs": sync_ways,
              "neighbour": neighbour}  # fmt: skip
     for name, run in modes.items():

@@ -695,15 +695,7 @@ def _in_compiled_copy(parent: str) -> None:
     read paths all import its compiled modules."""
     from benchmarks import trees
 
-    argv = [arg for arg in sys.argv[1:] if arg != "--compiled"]
-    with tempfile.TemporaryDirectory(dir=parent, prefix="snerd-built-") as raw_tmp:
-        tree = trees.compiled_copy(raw_tmp, "bench_hotpath")
-        print("this tree as a wheel builds it (setup.py's COMPILED modules built with mypyc)",
-              flush=True)  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_hotpath", *argv],
-                              cwd=tree, env=env, check=False)  # fmt: skip
-    sys.exit(done.returncode)
+    trees.rerun_compiled(parent, "benchmarks.bench_hotpath")
 
 
 def _others(tmp: Path, quick: bool) -> None:

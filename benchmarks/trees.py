@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,3 +39,19 @@ def compiled_copy(into: str | os.PathLike[str], tool: str, source: Path = REPO) 
     if done.returncode != 0:
         sys.exit(f"{tool}: the compiled build failed: {done.stderr.decode()[-2000:]}")
     return tree
+
+
+def rerun_compiled(parent: str, module: str) -> NoReturn:
+    """``--compiled``: this run of ``module`` (its other options as given) again in a
+    copy of this tree built as ``pip install .`` builds it (:func:`compiled_copy`), so
+    that the daemon, the embedded queue and the read paths import its compiled modules;
+    exit with that run's status."""
+    argv = [arg for arg in sys.argv[1:] if arg != "--compiled"]
+    with tempfile.TemporaryDirectory(dir=parent, prefix="snerd-built-") as raw_tmp:
+        tree = compiled_copy(raw_tmp, module.rsplit(".", 1)[-1])
+        print("this tree as a wheel builds it (setup.py's COMPILED modules built with mypyc)",
+              flush=True)  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        done = subprocess.run([sys.executable, "-m", module, *argv], cwd=tree, env=env,
+                              check=False)  # fmt: skip
+    sys.exit(done.returncode)
