@@ -105,6 +105,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_hotpath import OURS, REPO, _shim, embedded_run, sdk_run
+from snerd.eventlog.aio import open_fsync
 
 PLACEMENTS = {
     "inline": "",
@@ -386,51 +387,6 @@ OVERLAP_WORK_US = 60
 PLACES = ("inline", "thread", "process", "aio", "uring")
 
 
-_AIO_SYSCALLS = {"x86_64": (206, 208, 209), "aarch64": (0, 4, 2)}
-"""io_setup, io_getevents and io_submit's numbers, by machine."""
-
-
-class _KernelAio:
-    """One ``IOCB_CMD_FSYNC`` at a time through Linux AIO (raw syscalls, via ctypes)."""
-
-    def __init__(self, fd: int) -> None:
-        import ctypes
-        import platform
-        import struct
-
-        self._ct = ctypes
-        numbers = _AIO_SYSCALLS.get(platform.machine())
-        if numbers is None:
-            raise OSError(f"no AIO syscall numbers for {platform.machine()}")
-        setup, self._getevents, self._submit = numbers
-        self._syscall = ctypes.CDLL(None, use_errno=True).syscall
-        self._syscall.restype = ctypes.c_long
-        self._ctx = ctypes.c_ulong(0)
-        if self._syscall(setup, ctypes.c_long(1), ctypes.byref(self._ctx)) != 0:
-            raise OSError(ctypes.get_errno(), "io_setup")
-        # struct iocb: data, key, rw_flags, opcode (2: FSYNC), reqprio, fildes, then zeros
-        self._iocb = ctypes.create_string_buffer(64)
-        struct.pack_into("<QIiHhI", self._iocb, 0, 0, 0, 0, 2, 0, fd)
-        self._iocbs = (ctypes.c_void_p * 1)(ctypes.addressof(self._iocb))
-        self._event = ctypes.create_string_buffer(32)  # struct io_event
-        self._one = ctypes.c_long(1)
-
-    def submit(self) -> None:
-        if self._syscall(self._submit, self._ctx, self._one, self._iocbs) != 1:
-            raise OSError(self._ct.get_errno(), "io_submit")
-
-    def wait(self) -> None:
-        import struct
-
-        while self._syscall(self._getevents, self._ctx, self._one, self._one,
-                            self._event, None) != 1:  # fmt: skip
-            if self._ct.get_errno() != 4:  # EINTR: again
-                raise OSError(self._ct.get_errno(), "io_getevents")
-        result = struct.unpack_from("<q", self._event, 16)[0]
-        if result < 0:
-            raise OSError(-result, os.strerror(-result))
-
-
 class _IoUring:
     """One ``IORING_OP_FSYNC`` at a time through io_uring (raw syscalls via ctypes, the
     rings through ``mmap``; x86-64 only: the ring's stores are plain, so the order of
@@ -558,9 +514,10 @@ def overlapped(fd: int, place: str, n: int) -> tuple[list[float], float]:
             os.close(ask_w)
             os.waitpid(pid, 0)
             os.close(done_r)
-    elif place == "aio":
-        aio = _KernelAio(fd)
-        start_sync, wait_sync = aio.submit, aio.wait
+    elif place == "aio":  # the log's own (``eventlog/aio.py``)
+        syncer = open_fsync(fd)
+        assert syncer is not None  # (``overlap`` left the place out where there is none)
+        start_sync, wait_sync, stop = syncer.submit, syncer.wait, syncer.close
     elif place == "uring":
         uring = _IoUring(fd)
         start_sync, wait_sync, stop = uring.submit, uring.wait, uring.close
@@ -586,17 +543,21 @@ def overlapped(fd: int, place: str, n: int) -> tuple[list[float], float]:
 def overlap(directory: str, rounds: int, n: int = 2000) -> None:
     """Print ``--overlap``'s table: a task's time and machine CPU by sync placement."""
     places = list(PLACES)
-    for place, probe_kind in (("aio", _KernelAio), ("uring", _IoUring)):
-        probe = os.open(os.devnull, os.O_RDONLY)
+    probe = os.open(os.devnull, os.O_RDONLY)
+    try:
+        syncer = open_fsync(probe)
+        if syncer is None:
+            print("(aio is not available here: no kernel AIO; left out)")
+            places.remove("aio")
+        else:
+            syncer.close()
         try:
-            made = probe_kind(probe)
-            if isinstance(made, _IoUring):
-                made.close()
+            _IoUring(probe).close()
         except OSError as exc:
-            print(f"({place} is not available here: {exc}; left out)")
-            places.remove(place)
-        finally:
-            os.close(probe)
+            print(f"(uring is not available here: {exc}; left out)")
+            places.remove("uring")
+    finally:
+        os.close(probe)
     cpus: dict[str, list[float]] = {place: [] for place in places}
 
     def measure(fd: int, place: str) -> list[float]:

@@ -271,11 +271,10 @@ async def stdio_blocking(cmd: list[str], n: int, handler: bool) -> tuple[float, 
 
 
 def count_syncs(tmp: Path, n: int) -> float | None:
-    """fsync + fdatasync calls per task, with the fsyncs submitted through kernel AIO
-    (``io_submit``: the log submits nothing else; ``eventlog.aio``), counted by
-    ``strace -f -c`` from outside the process, for n
-    tasks enqueued one at a time, each executed and answered (a blocking stdio client,
-    as an SDK awaiting each enqueue drives it)."""
+    """fsync, fdatasync and kernel AIO fsync calls per task (``io_submit``: the log
+    submits nothing else, ``eventlog.aio``), counted by ``strace -f -c`` from outside the
+    process, for n tasks enqueued one at a time, each executed and answered (a blocking
+    stdio client, as an SDK awaiting each enqueue drives it)."""
     strace = shutil.which("strace")
     if strace is None:
         return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import platform
 import struct
@@ -104,13 +105,9 @@ def open_fsync(fd: int) -> AioFsync | None:
         return None
 
 
-_syscall: Any = None
-
-
+@functools.cache
 def _libc_syscall() -> Any:
-    global _syscall
-    if _syscall is None:
-        function = ctypes.CDLL(None, use_errno=True).syscall
-        function.restype = ctypes.c_long
-        _syscall = function
-    return _syscall
+    """libc's ``syscall``, returning a long (looked up once)."""
+    function = ctypes.CDLL(None, use_errno=True).syscall
+    function.restype = ctypes.c_long
+    return function
