@@ -390,7 +390,8 @@ def _report_chain(n: int, rounds: int) -> None:
         )
 
 
-def _report_appends(work: Path, args: argparse.Namespace) -> None:
+def _report_appends(work: Path, args: argparse.Namespace) -> tuple[float, float, float]:
+    """Print (a), (b) and the floor, interleaved rounds; return their medians (appends/s)."""
     raws, rates, per_commit, floors = [], [], [], []
     for i in range(args.rounds):  # interleaved, so all see the same disk weather
         raws.append(bench_raw(work, args.raw_appends))
@@ -418,6 +419,7 @@ def _report_appends(work: Path, args: argparse.Namespace) -> None:
         f"{floor:,.0f} appends/s ({floor / raw:.1f}x raw; FileLog {rate / floor:.2f}x it)  "
         f"[{_span(floors)}]"
     )
+    return raw, rate, floor
 
 
 def _report_replay(work: Path, args: argparse.Namespace) -> None:

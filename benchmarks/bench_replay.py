@@ -140,7 +140,9 @@ ROUNDS = 3
 """Interleaved rounds of the baseline, the two replays and ``--verify`` (medians)."""
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Generate the log, time its read paths, print them; return the figures
+    (:func:`_measure`)."""
     args = _parse(argv)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"read-path benchmark (python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
@@ -157,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         size = log.stat().st_size
         print(f"log: {args.tasks:,} tasks, {n:,} records, {size / 1e6:.1f} MB, "
               f"{size / n:.0f} bytes/record ({time.perf_counter() - t0:.1f}s)")  # fmt: skip
-        _measure(storage, log, args)
+        return _measure(storage, log, args)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -179,7 +181,10 @@ def _span(seconds: list[float]) -> str:
     return f"[{min(seconds):.2f}..{max(seconds):.2f}]"
 
 
-def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
+def _measure(storage: Path, log: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Time and print the read paths; return the ratios and times printed: ``first`` and
+    ``current`` (replay against the baseline), ``verify`` (against plain replay),
+    ``history_ms`` (the median lookup), ``stats_s``."""
     bases: list[float] = []
     firsts: list[float] = []
     agains: list[float] = []
@@ -226,6 +231,8 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> None:
     _warm(log, index)
     stats, _, _ = run("stats", str(storage))
     print(f"stats                           : {stats:7.2f} s  {base / stats:5.2f}x the baseline")
+    return {"first": base / first, "current": base / again, "verify": verify / again,
+            "history_ms": statistics.median(lookups) * 1000, "stats_s": stats}  # fmt: skip
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
