@@ -25,10 +25,9 @@ With ``--all`` the same invocation also prints (6) group commit (``bench_log``'s
 appends, median of 5) and (7) the read paths (``bench_replay``), each ending with its
 verdict as (1)-(5) do (none for (7) with ``--quick``, whose log is a tenth of the goals'
 200,000 tasks), so every figure of issue 8 comes from one command. Nothing here is a
-timed test. With ``--compiled`` the
-same run uses this tree as ``pip install .`` builds it (``setup.py``'s ``COMPILED``
-modules built with mypyc, in a copy): what a user who installs snerd runs; without it,
-the editable install's interpreted modules.
+timed test. With ``--compiled`` the same run uses this tree as ``pip install .`` builds
+it (``setup.py``'s ``COMPILED`` modules built with mypyc, in a copy): what a user who
+installs snerd runs; without it, the editable install's interpreted modules.
 
     python -m benchmarks.bench_hotpath --instructions --baseline REV
 
@@ -708,7 +707,7 @@ def _others(tmp: Path, quick: bool) -> None:
     work = tmp / "group-commit"
     work.mkdir()
     raw, rate, _ = bench_log._report_appends(work, bench_log._parse(["--rounds", "5"]))
-    _line("(6) group commit against the raw writer", f"{rate / raw:.1f}x", ">= 10x",
+    _line("(6) group commit against the raw writer", f"{rate / raw:.2f}x", ">= 10x",
           rate >= 10 * raw)  # fmt: skip
     print("(7) the read paths (bench_replay): replay >= 2x a json.loads loop, a task's "
           "history < 50 ms, --verify <= 2x replay, stats' progress bar")  # fmt: skip
