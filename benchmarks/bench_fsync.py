@@ -96,8 +96,8 @@ On the third kind of VM (thirtieth session) a probe read 20 and 40 us free and 8
 ~7% (2,756 tasks/s with none), and this mode, in a slower minute (2,141/s), all three
 free; there ``io_submit`` itself keeps the loop's thread ~47 us (as read: the kernel
 runs the AIO ``fsync``'s CPU part on the submitting CPU first; the thread is preempted
-~1.5 times a task through AIO, ~0 with ``fsync``), so only the
-device's wait is left to hide work in.
+~1.5 times a task through AIO, ~0 with ``fsync``), so only the device's wait is left to
+hide work in.
 """
 
 from __future__ import annotations
