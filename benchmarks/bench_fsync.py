@@ -114,6 +114,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
+from unittest import mock
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -644,13 +645,9 @@ def _edge_run(storage: Path, n: int) -> tuple[float, list[tuple[float, float]], 
         real_fsync(fd)
         syncs.append((start, clock()))
 
-    AioFsync.submit, AioFsync.wait = submit, wait  # type: ignore[method-assign]
-    os.fsync = fsync
-    try:
+    with (mock.patch.object(AioFsync, "submit", submit),
+          mock.patch.object(AioFsync, "wait", wait), mock.patch.object(os, "fsync", fsync)):
         rate = asyncio.run(embedded_run(storage, n, False))
-    finally:
-        AioFsync.submit, AioFsync.wait = real_submit, real_wait  # type: ignore[method-assign]
-        os.fsync = real_fsync
     return rate, syncs, under
 
 
@@ -680,11 +677,8 @@ def _budget_run(storage: Path, n: int, spin_us: float) -> tuple[float, int]:
         if spin_us:
             spin(spin_us)
 
-    AioFsync.submit = submit  # type: ignore[method-assign]
-    try:
+    with mock.patch.object(AioFsync, "submit", submit):
         rate = asyncio.run(embedded_run(storage, n, False))
-    finally:
-        AioFsync.submit = real_submit  # type: ignore[method-assign]
     return rate, syncs
 
 
