@@ -11,7 +11,8 @@
     (``bench_core_floor``'s ``CORE``): what any glue of ours could reach at most.
 (2) raw stdio, a blocking client: enqueue -> ack time per task, echo daemon vs ours with a
     handler executing (goal <= 1.5x), and ``CORE`` beside them; enqueue -> execute p50
-    over stdio (goal <= 2 ms).
+    over stdio (goal <= 2 ms). Each daemon first answers one task untimed, as in (1): its
+    start-up is no ack's time.
 (3) CPU per task: user+system CPU of our daemon process (all its threads) during (1),
     divided by tasks (goal <= 0.5 ms, SnerdMQ's Rust daemon on this machine type).
 (4) durable syncs per task (fsync/fdatasync counted by ``strace -f -c`` from outside the
