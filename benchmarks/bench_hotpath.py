@@ -738,6 +738,10 @@ def _others(tmp: Path, quick: bool) -> None:
           verdict(read["history_ms"] < 50))  # fmt: skip
     _line("(7) replay --verify against plain replay", f"{read['verify']:.2f}x", "<= 2x",
           verdict(read["verify"] <= 2))  # fmt: skip
+    stats_s, bar = read["stats_s"], bool(read["stats_bar"])
+    shown = f"{'shown' if bar else 'not shown'} ({stats_s:.2f} s)"
+    _line("(7) stats' progress bar, when it runs past a second", shown, "shown past 1 s",
+          verdict(bar or stats_s <= 1))  # fmt: skip
 
 
 if __name__ == "__main__":

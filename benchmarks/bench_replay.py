@@ -17,7 +17,9 @@ subprocess the way a user runs it (``python -m snerd.cli``):
 - ``replay --verify``, against plain replay;
 - ``replay --task ID`` (one task's history through the index), and the in-process
   lookup time alone;
-- ``stats``.
+- ``stats``, its stderr a terminal (a pseudo-terminal this benchmark reads), as a user
+  at a shell runs it: whether its progress bar showed (the goal: whenever it runs
+  past a second).
 
 The first four are timed in ROUNDS interleaved rounds (the index deleted before each
 round's first replay), and each ratio is one of medians: a VM's speed drifts within
@@ -37,11 +39,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pty
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -136,6 +140,47 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[float, int, str]
 
 CPU: dict[str, list[float]] = {}
 
+
+def on_terminal(argv: Sequence[str]) -> tuple[float, bytes]:
+    """(wall seconds, what it wrote to stderr) of ``argv`` run with its stderr a
+    terminal (a pseudo-terminal read here), its stdout dropped: what a user at a shell
+    sees of it (``rich`` draws a progress bar only on a terminal)."""
+    main_fd, child_fd = pty.openpty()
+    seen: list[bytes] = []
+
+    def drain() -> None:  # as it is written: a full terminal would stall the writer
+        while True:
+            try:
+                chunk = os.read(main_fd, 1 << 16)
+            except OSError:  # EIO: the last writer closed it
+                return
+            if not chunk:
+                return
+            seen.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=child_fd)
+        os.close(child_fd)
+        child_fd = -1
+        status = proc.wait()
+        wall = time.perf_counter() - t0
+        reader.join(10)
+    finally:
+        if child_fd >= 0:
+            os.close(child_fd)
+        os.close(main_fd)
+    if status not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} failed ({status}): {b''.join(seen)[-500:]!r}")
+    return wall, b"".join(seen)
+
+
+STATS_BAR = b"reading the log"
+"""The label of ``stats``' progress bar (``snerd/tools/stats.py``), found in what it
+wrote to the terminal when the bar showed."""
+
 ROUNDS = 3
 """Interleaved rounds of the baseline, the two replays and ``--verify`` (medians)."""
 
@@ -184,7 +229,8 @@ def _span(seconds: list[float]) -> str:
 def _measure(storage: Path, log: Path, args: argparse.Namespace) -> dict[str, float]:
     """Time and print the read paths; return the ratios and times printed: ``first`` and
     ``current`` (replay against the baseline), ``verify`` (against plain replay),
-    ``history_ms`` (the median lookup), ``stats_s``."""
+    ``history_ms`` (the median lookup), ``stats_s`` and ``stats_bar`` (1.0 when its
+    progress bar showed, else 0.0)."""
     bases: list[float] = []
     firsts: list[float] = []
     agains: list[float] = []
@@ -229,10 +275,13 @@ def _measure(storage: Path, log: Path, args: argparse.Namespace) -> dict[str, fl
     print(f"a task's history via the index   : {statistics.median(lookups) * 1000:7.1f} ms "
           f"(median of 5 tasks, in process; max {max(lookups) * 1000:.1f} ms)")
     _warm(log, index)
-    stats, _, _ = run("stats", str(storage))
-    print(f"stats                           : {stats:7.2f} s  {base / stats:5.2f}x the baseline")
+    stats, shown = on_terminal([sys.executable, "-m", "snerd.cli", "stats", str(storage)])
+    bar = STATS_BAR in shown
+    print(f"stats (stderr a terminal)       : {stats:7.2f} s  {base / stats:5.2f}x the baseline"
+          f"; its progress bar {'shown' if bar else 'not shown'}")  # fmt: skip
     return {"first": base / first, "current": base / again, "verify": verify / again,
-            "history_ms": statistics.median(lookups) * 1000, "stats_s": stats}  # fmt: skip
+            "history_ms": statistics.median(lookups) * 1000, "stats_s": stats,
+            "stats_bar": float(bar)}  # fmt: skip
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

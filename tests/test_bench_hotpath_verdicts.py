@@ -32,7 +32,8 @@ def _verdicts(
     return {line.split("  ", 1)[0]: line.split(" goal ", 1)[1] for line in lines}
 
 
-READ_OK = {"first": 2.4, "current": 2.7, "verify": 1.7, "history_ms": 5.0, "stats_s": 6.0}
+READ_OK = {"first": 2.4, "current": 2.7, "verify": 1.7, "history_ms": 5.0, "stats_s": 6.0,
+           "stats_bar": 1.0}
 
 
 def test_group_commit_is_judged_against_ten_times_the_raw_writer(
@@ -61,6 +62,20 @@ def test_the_read_paths_are_judged_each_against_its_goal(
     seen = _verdicts(monkeypatch, capsys, tmp_path, (1, 20, 30), slow_current)
     assert seen["(7) replay against json.loads, first / current"].endswith(
         "BELOW GOAL")
+
+
+def test_stats_past_a_second_is_judged_by_whether_its_bar_showed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    label = "(7) stats' progress bar, when it runs past a second"
+    seen = _verdicts(monkeypatch, capsys, tmp_path, (1, 20, 30), READ_OK)
+    assert seen[label] == "shown past 1 s  ok"
+    hidden = {**READ_OK, "stats_bar": 0.0}
+    seen = _verdicts(monkeypatch, capsys, tmp_path, (1, 20, 30), hidden)
+    assert seen[label] == "shown past 1 s  BELOW GOAL"
+    fast = {**hidden, "stats_s": 0.8}  # no bar owed: it did not run past a second
+    seen = _verdicts(monkeypatch, capsys, tmp_path, (1, 20, 30), fast)
+    assert seen[label] == "shown past 1 s  ok"
 
 
 def test_a_quick_run_gives_the_read_paths_no_verdict(

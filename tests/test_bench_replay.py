@@ -24,3 +24,30 @@ def test_the_peak_rss_is_the_replays_own_not_its_parents(tmp_path: Path) -> None
     assert "completed" in out and wall > 0
     assert 10 < peak_mb < (BIG >> 20) // 2, peak_mb  # a small replay: tens of MB
     assert held[0] == ord("x")
+
+
+def test_a_command_run_on_a_terminal_has_one_and_what_it_draws_is_read() -> None:
+    """``stats``' bar is judged from what it draws: ``rich`` draws a progress bar only
+    on a terminal, so the benchmark gives the command one (a pseudo-terminal) and reads
+    it; through a pipe the bar would never show, and the verdict would be wrong."""
+    _, said = bench_replay.on_terminal(
+        [sys.executable, "-c", "import sys; print(sys.stderr.isatty(), file=sys.stderr)"])
+    assert said.strip() == b"True"
+    draw = (
+        "from snerd.tools import kit\n"
+        "from snerd.tools.progress import LateProgress\n"
+        "bar = LateProgress('reading the log', lambda: 3, kit.console(stderr=True),\n"
+        "                   after=0.0, every=1)\n"
+        "for _ in bar.wrap(range(3)): pass\n"
+        "bar.close()\n"
+    )
+    _, drawn = bench_replay.on_terminal([sys.executable, "-c", draw])
+    assert bench_replay.STATS_BAR in drawn
+    _, quiet = bench_replay.on_terminal([sys.executable, "-c", draw.replace("0.0", "60.0")])
+    assert bench_replay.STATS_BAR not in quiet
+
+
+def test_the_bar_looked_for_is_the_one_stats_draws() -> None:
+    from snerd.tools import stats
+
+    assert bench_replay.STATS_BAR.decode() in Path(stats.__file__).read_text()
