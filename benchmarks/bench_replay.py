@@ -140,6 +140,9 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[float, int, str]
 
 CPU: dict[str, list[float]] = {}
 
+ROUNDS = 3
+"""Interleaved rounds of the baseline, the two replays and ``--verify`` (medians)."""
+
 
 def on_terminal(argv: Sequence[str]) -> tuple[float, bytes]:
     """(wall seconds, what it wrote to stderr) of ``argv`` run with its stderr a
@@ -180,9 +183,6 @@ def on_terminal(argv: Sequence[str]) -> tuple[float, bytes]:
 STATS_BAR = b"reading the log"
 """The label of ``stats``' progress bar (``snerd/tools/stats.py``), found in what it
 wrote to the terminal when the bar showed."""
-
-ROUNDS = 3
-"""Interleaved rounds of the baseline, the two replays and ``--verify`` (medians)."""
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
