@@ -60,6 +60,7 @@ from snerd.eventlog.chain import GENESIS, Chain
 from snerd.eventlog.index import index_path
 from snerd.tools.replay_fast import indexed_history
 from snerd.tools.replay_source import open_source
+from snerd.tools.stats import BAR_LABEL
 
 
 def generate(storage: Path, tasks: int, window: int = 3000) -> tuple[Path, int]:
@@ -180,9 +181,9 @@ def on_terminal(argv: Sequence[str]) -> tuple[float, bytes]:
     return wall, b"".join(seen)
 
 
-STATS_BAR = b"reading the log"
-"""The label of ``stats``' progress bar (``snerd/tools/stats.py``), found in what it
-wrote to the terminal when the bar showed."""
+STATS_BAR = BAR_LABEL.encode()
+"""``stats``' progress bar's label, found in what it wrote to the terminal when the bar
+showed."""
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:

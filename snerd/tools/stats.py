@@ -112,6 +112,10 @@ def unknown_limits(state: Any, limits: dict[str, int]) -> set[str]:
     return {group for group, limit in group_limits(state, limits).items() if limit is None}
 
 
+BAR_LABEL = "reading the log"
+"""The label of the progress bar :func:`gather` shows past its threshold."""
+
+
 def gather(storage: Path | str, console: Console, *,
            clock: Callable[[], float] = time.monotonic, after: float = 1.0,
            every: int = 4096) -> dict[str, Any]:  # fmt: skip
@@ -128,7 +132,7 @@ def gather(storage: Path | str, console: Console, *,
         return collect(load(storage))
     where = kit.existing_storage(storage)
     layout = resolve(where)
-    progress = LateProgress("reading the log", lambda: count_lines([layout.log_path]),
+    progress = LateProgress(BAR_LABEL, lambda: count_lines([layout.log_path]),
                             console, clock=clock, after=after, every=every)  # fmt: skip
     try:
         snap = load(storage, progress)
