@@ -24,7 +24,7 @@ import threading
 import zlib
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import compress
@@ -242,102 +242,18 @@ class Scanner:
         self.sizes = [0] * len(files)
         self.cursors: list[Cursor] = [Cursor() for _ in files]
 
-    def batches(self, start_file: int = 0, start_at: int = 0, cursor: Cursor | None = None,
-                split: Split | None = None) -> Iterator[Batch]:  # fmt: skip
-        """The batches of the history from ``start_file`` at ``start_at``. With
-        ``split``, the last file's second half may be scanned in a forked child
-        instead (see :class:`Split`; :meth:`join` then gives what it found)."""
+    def batches(self, start_file: int = 0, start_at: int = 0,
+                cursor: Cursor | None = None) -> Iterator[Batch]:  # fmt: skip
         cursor = cursor or Cursor()
-        last = len(self.files) - 1
         for file_no in range(start_file, len(self.files)):
             path = self.files[file_no]
             start = start_at if file_no == start_file else 0
             if file_no != start_file:
                 next_file(cursor)
-            scan = partial(scan_file, path, file_no, base=self.bases[file_no],
-                           row_type=self.row_type, suspect=self.suspect)  # fmt: skip
-            if split is None or file_no != last:
-                yield from scan(cursor, start=start)
-            else:
-                yield from self._split_last(scan, path, cursor, start, split)
+            yield from scan_file(path, file_no, cursor, start=start, base=self.bases[file_no],
+                                 row_type=self.row_type, suspect=self.suspect)
             self.sizes[file_no] = cursor.offset
             self.cursors[file_no] = Cursor(**asdict(cursor))
-
-    def _split_last(self, scan: Callable[..., Generator[Batch, None, None]], path: Path,
-                    cursor: Cursor, start: int, split: Split) -> Iterator[Batch]:  # fmt: skip
-        """The last file's batches, its second half left to a forked child once the
-        scan is past what a compaction copied at its head (the child then goes on from
-        the scan's cursor there, as this scan would have)."""
-        size = path.stat().st_size
-        batches = scan(cursor, start=start)
-        for batch in batches:
-            yield batch
-            if cursor.first or cursor.block or size - cursor.offset < split.min_bytes:
-                continue
-            at = cursor.offset
-            mid = _line_start(path, at + (size - at) // 2)
-            if not at < mid < size:
-                continue
-            batches.close()
-            rest = Cursor(**asdict(cursor))
-
-            def work(rest: Cursor = rest, mid: int = mid) -> bytes:
-                payload = split.work(scan(rest, start=mid))
-                return orjson.dumps(asdict(rest)) + b"\n" + payload
-
-            split.at, split.mid, split.wait = at, mid, aside.fork_aside(work)
-            yield from scan(cursor, start=at, end=mid, final=False)
-            return
-
-    def join(self, split: Split) -> bytes | None:
-        """Wait for a forked :class:`Split`'s child; what its ``work`` returned, the
-        last file's end and cursor noted as the child left them (None: the child
-        failed)."""
-        assert split.wait is not None
-        data, split.wait = split.wait(), None
-        if data is None:
-            return None
-        head, _, payload = data.partition(b"\n")
-        rest = Cursor(**orjson.loads(head))
-        mine = self.cursors[-1].last
-        if mine is not None and (rest.last is None or rest.last < mine):
-            rest.last = mine
-        self.sizes[-1], self.cursors[-1] = rest.offset, rest
-        return payload
-
-
-SPLIT_BYTES = 8 << 20
-"""The least of a last file that :meth:`Scanner.batches` leaves to a forked child."""
-
-
-@dataclass(slots=True)
-class Split:
-    """A scan's last file cut in two (:meth:`Scanner.batches`): this process scans up to
-    ``mid`` (a line start), a forked child from there to the end, running ``work``
-    over its batches (what it returns comes back through :meth:`Scanner.join`).
-    ``wait`` is set once the child is forked: nothing is split where the rest of the
-    file is under ``min_bytes``, or a compaction's copies run through it."""
-
-    work: Callable[[Iterator[Batch]], bytes]
-    min_bytes: int = field(default_factory=lambda: SPLIT_BYTES)
-    at: int = 0  # where this process went on from, when it forked
-    mid: int = 0
-    wait: Callable[[], bytes | None] | None = None
-
-
-def _line_start(path: Path, offset: int) -> int:
-    """The first line start at or after ``offset`` in ``path`` (its size if none)."""
-    if offset <= 0:
-        return 0
-    pos = offset - 1  # (a line starts at ``offset`` if the byte before it ends one)
-    with open(path, "rb") as f:
-        f.seek(pos)
-        while block := f.read(1 << 16):
-            cut = block.find(b"\n")
-            if cut >= 0:
-                return pos + cut + 1
-            pos += len(block)
-    return pos
 
 
 def fresh_index(storage: Path, *, entries: bool = True) -> TaskIndex:

@@ -16,7 +16,7 @@ back to :func:`iter_history` when it meets anything else.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import accumulate
@@ -131,24 +131,23 @@ def _decoder_of(row_type: type[Any]) -> Any:
 
 
 def scan_file(
-    path: Path, file_no: int, cursor: Cursor, *, start: int = 0, end: int | None = None,
-    base: int = 0, final: bool | None = None, row_type: type[Any] = Row,
-    suspect: tuple[bytes, ...] = (),
-) -> Generator[Batch, None, None]:
-    """The records of one file from byte ``start`` (a line start) to ``end`` (a line
-    start; None: the file's end), as the full history yields them given ``cursor``
-    (updated as the scan goes). ``base``: the file's global offset (for places);
-    ``row_type``: the ``msgspec.Struct`` of the fields wanted (default :class:`Row`);
-    ``suspect``: byte strings that make a chunk that holds one odd."""
+    path: Path, file_no: int, cursor: Cursor, *, start: int = 0, base: int = 0,
+    final: bool | None = None, row_type: type[Any] = Row, suspect: tuple[bytes, ...] = (),
+) -> Iterator[Batch]:
+    """The records of one file from byte ``start`` (a line start), as the full history
+    yields them given ``cursor`` (updated as the scan goes). ``base``: the file's
+    global offset (for places); ``row_type``: the ``msgspec.Struct`` of the fields
+    wanted (default :class:`Row`); ``suspect``: byte strings that make a chunk that
+    holds one odd."""
     decoder = _decoder if row_type is Row else _decoder_of(row_type)
     if final is None:
-        final = path.parent.name == "archive" and end is None
+        final = path.parent.name == "archive"
     try:
         with open(path, "rb", buffering=0) as f:
             f.seek(start)
             cursor.offset = start
             scan = _Scan(f.fileno(), file_no, base, decoder, suspect)
-            yield from scan.run(cursor, start, final, end)
+            yield from scan.run(cursor, start, final)
     except OSError as exc:
         raise LogError(f"cannot read log {path}: {exc}") from exc
 
@@ -161,9 +160,8 @@ class _Scan:
     decoder: Any
     suspect: tuple[bytes, ...]
 
-    def run(self, cursor: Cursor, offset: int, final: bool, end: int | None) -> Iterator[Batch]:
-        """Read into one reused buffer (no copy of a chunk before decoding it), up to
-        ``end`` (None: the file's end)."""
+    def run(self, cursor: Cursor, offset: int, final: bool) -> Iterator[Batch]:
+        """Read into one reused buffer (no copy of a chunk before decoding it)."""
         file_no = self.file_no
         buf = bytearray(CHUNK_SIZE)
         view = memoryview(buf)
@@ -173,8 +171,7 @@ class _Scan:
                 view.release()
                 buf.extend(bytes(len(buf)))
                 view = memoryview(buf)
-            room = len(buf) if end is None else min(len(buf), end - offset)
-            got = os.readv(self.fd, [view[size:room]]) if room > size else 0
+            got = os.readv(self.fd, [view[size:]])
             if not got:
                 break
             size += got

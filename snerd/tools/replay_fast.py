@@ -9,11 +9,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Container, Iterable, Iterator
-from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from snerd.eventlog.base import Record, SkippedLine
 from snerd.projections import events as ev
@@ -25,8 +21,7 @@ from snerd.tools.replay_checks import EDGE_YEARS, CheckedRow
 from snerd.tools.replay_source import PROGRESS_MIN_BYTES, Source, UsageProblem
 
 if TYPE_CHECKING:
-    from snerd.eventlog.index import Builder, Split
-    from snerd.eventlog.scan import Batch
+    from snerd.eventlog.index import Builder
 
 
 def ensure_index(source: Source) -> None:
@@ -53,83 +48,55 @@ def fast_replay(
     there is no problem ``--verify`` would name (None when there might be one);
     ``edges=False``: but for instants at the edge of time (:data:`EDGE_YEARS`), which
     the caller has searched for itself."""
-    from snerd.eventlog import aside
     from snerd.eventlog import index as idx
 
     if isinstance(source.path, str):
         return None  # a PostgreSQL queue has no files to scan: the full summary reads it
     storage = source.directory
-    stale = False
-    if storage is not None:
-        old = idx.read_index(storage, entries=False)
-        stale = old is None or idx.resume_point(old, source.files) is None
-    split = None  # (``--verify`` checks the chain on the other core)
-    if not checked and aside.worth_aside(source.files) and _splits(source.files[-1]):
-        split = idx.Split(partial(_segment, stale))
     build: idx.Builder | None = None
     built_aside: Callable[[], bool] | None = None
-    if storage is not None and stale:
-        if split is None and not checked:
-            built_aside = idx.index_aside(storage, source.files)
-        if built_aside is None:
-            build = idx.Builder()
+    if storage is not None:
+        old = idx.read_index(storage, entries=False)
+        if old is None or idx.resume_point(old, source.files) is None:
+            if not checked:  # (``--verify`` checks the chain on the other core)
+                built_aside = idx.index_aside(storage, source.files)
+            if built_aside is None:
+                build = idx.Builder()
     try:
-        return _census(source, now, checked, edges, build, split, extend=built_aside is None)
+        return _census(source, now, checked, edges, build, extend=built_aside is None)
     finally:
         if built_aside is not None:
             built_aside()  # the index is there when the replay answers, as without a fork
 
 
-def _splits(last: Path) -> bool:
-    """Whether the history's last file is large enough to count in two halves."""
-    from snerd.eventlog import index as idx
-
-    try:
-        return last.stat().st_size >= 2 * idx.SPLIT_BYTES
-    except OSError:
-        return False  # (gone since listed: the scan says so)
-
-
 def _census(
-    source: Source, now: float, checked: bool, edges: bool, build: Builder | None,
-    split: Split | None, *, extend: bool,
+    source: Source, now: float, checked: bool, edges: bool, build: Builder | None, *,
+    extend: bool,
 ) -> Tally | None:
     """:func:`fast_replay`'s pass: the census, adding each batch to ``build`` (an index
-    being built, or None), and writing it after, or (``extend``) extending it; with
-    ``split``, the second half of the last file counted (and indexed) in a forked
-    child (:func:`_segment`) as this process counts the first."""
+    being built, or None), and writing it after, or (``extend``) extending the index."""
     from snerd.errors import LogError
     from snerd.eventlog import index as idx
     from snerd.eventlog.scan import Row
 
     storage = source.directory
-    scanner = None
     try:
         scanner = idx.Scanner(source.files, CheckedRow if checked else Row,
                               suspect=EDGE_YEARS if checked and edges else ())  # fmt: skip
         census = CheckedCensus() if checked else Census()
         skipped: list[SkippedLine] = []
-        for batch in _scan_progress(scanner, source, split):
+        for batch in _scan_progress(scanner, source):
             skipped.extend(batch.skipped)
             if batch.odd:
                 return None
             census.feed(batch.rows, batch.places)
             if build is not None:
                 build.add(batch)
-        if split is not None and split.wait is not None:
-            later = _joined(scanner.join(split), build)
-            if later is None:
-                return None  # (the child met what only the full summary judges, or failed)
-            census.absorb(later[0])
-            skipped.extend(later[1])
         live = [record for _, record in idx.read_places(source.files, census.live_places())]
     except NotCensus:
         return None
     except LogError as exc:
         raise UsageProblem(str(exc)) from None
-    finally:
-        if split is not None and split.wait is not None and scanner is not None:
-            scanner.join(split)  # (returned early: the child is waited for all the same)
     source.skipped.extend(skipped)
     source.read += census.events
     if storage is not None:
@@ -141,54 +108,9 @@ def _census(
     return census.finish(live, now)
 
 
-def _segment(build: bool, batches: Iterator[Batch]) -> bytes:
-    """In a :class:`~snerd.eventlog.index.Split`'s child: the census of its batches as
-    a segment, their skipped lines and (``build``) index entries, as bytes; ``b""`` when
-    a batch holds what only the full summary judges."""
-    from snerd.eventlog import index as idx
-
-    census = Census(segment=True)
-    builder = idx.Builder() if build else None
-    skipped: list[list[Any]] = []
-    try:
-        for batch in batches:
-            skipped.extend([s.offset, s.raw.hex(), s.reason] for s in batch.skipped)
-            if batch.odd:
-                return b""
-            census.feed(batch.rows, batch.places)
-            if builder is not None:
-                builder.add(batch)
-    except NotCensus:
-        return b""
-    entries = b"" if builder is None else builder.keys.tobytes() + builder.places.tobytes()
-    head = {"census": census.state(), "skipped": skipped,
-            "entries": 0 if builder is None else len(builder.keys)}  # fmt: skip
-    return orjson.dumps(head) + b"\n" + entries
-
-
-def _joined(
-    payload: bytes | None, build: Builder | None
-) -> tuple[Census, list[SkippedLine]] | None:
-    """What :func:`_segment` sent: its census and skipped lines, its index entries added
-    to ``build``; None when it found what only the full summary judges, or failed."""
-    if not payload:
-        return None
-    line, _, entries = payload.partition(b"\n")
-    head = orjson.loads(line)
-    if build is not None:
-        n = head["entries"]
-        build.keys.frombytes(entries[: 4 * n])
-        build.places.frombytes(entries[4 * n :])
-    skipped = [SkippedLine(offset, bytes.fromhex(raw), reason)
-               for offset, raw, reason in head["skipped"]]  # fmt: skip
-    return Census.of_state(head["census"]), skipped
-
-
-def _scan_progress(scanner: Any, source: Source, split: Split | None) -> Iterator[Any]:
-    """The scan's batches, with a progress bar (bytes) on a large log on a terminal.
-    Once the last file is split, this process's bytes past the cut count for both
-    halves (the child reads the other at about the same pace)."""
-    batches = scanner.batches(split=split)
+def _scan_progress(scanner: Any, source: Source) -> Iterator[Any]:
+    """The scan's batches, with a progress bar (bytes) on a large log on a terminal."""
+    batches = scanner.batches()
     sizes = [p.stat().st_size for p in source.files]
     total = sum(sizes)
     if not sys.stderr.isatty() or total < PROGRESS_MIN_BYTES * 8:
@@ -201,11 +123,7 @@ def _scan_progress(scanner: Any, source: Source, split: Split | None) -> Iterato
         bar = progress.add_task("replay", total=total)
         for batch in batches:
             yield batch
-            done = batch.end
-            if split is not None and split.wait is not None and batch.file == len(sizes) - 1:
-                at, mid = split.at, split.mid
-                done = at + (done - at) * (sizes[-1] - at) // (mid - at)
-            progress.update(bar, completed=sum(sizes[: batch.file]) + done)
+            progress.update(bar, completed=sum(sizes[: batch.file]) + batch.end)
 
 
 def indexed_history(source: Source, task: str, now: float) -> tuple[bool, TaskHistory | None]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -242,107 +240,6 @@ def test_a_large_logs_index_is_built_aside_and_equals_the_one_built_in_the_pass(
     assert fast_replay(open_source(storage), NOW, checked=True) is not None and forks == [1]
     again = idx.read_index(storage)
     assert again is not None and (again.count, again.raw) == (inline.count, inline.raw)
-
-
-@contextlib.contextmanager
-def every_last_file_split() -> Iterator[list[int]]:
-    """Replays split the history's last file however small it is (read in chunks of
-    256 bytes, so a small log has a second half to leave to a child): the list yielded
-    counts the children joined."""
-    from snerd.eventlog import aside, scan
-
-    saved = idx.SPLIT_BYTES, aside.ASIDE_BYTES, scan.CHUNK_SIZE, idx.Scanner.join
-    joined: list[int] = []
-
-    def join(self: idx.Scanner, split: idx.Split) -> bytes | None:
-        joined.append(1)
-        return saved[3](self, split)
-
-    idx.SPLIT_BYTES, aside.ASIDE_BYTES, scan.CHUNK_SIZE = 1, 0, 256
-    idx.Scanner.join = join  # type: ignore[method-assign]
-    try:
-        yield joined
-    finally:
-        idx.SPLIT_BYTES, aside.ASIDE_BYTES, scan.CHUNK_SIZE, idx.Scanner.join = saved
-
-
-def test_a_large_last_file_is_counted_in_two_halves_and_answers_as_one(tmp_path: Path) -> None:
-    """The replay leaves the second half of the last file to a forked child, which counts
-    and indexes it as a segment: the figures are the one-pass figures, the index finds
-    every task's records, and a replay with the index current splits again."""
-    from benchmarks.bench_replay import generate
-
-    generate(tmp_path / "s", 300)
-    storage = tmp_path / "s"
-    tally = fast_replay(open_source(storage), NOW)
-    assert tally is not None
-    idx.index_path(storage).unlink()
-    with every_last_file_split() as joined:
-        assert fast_replay(open_source(storage), NOW) == tally
-        assert joined == [1]
-        assert _census_agrees(storage)  # (the index current: split again)
-        assert joined == [1, 1]
-    records = read_history(storage)
-    _index_agrees(storage, ids_of(records))
-    index = idx.read_index(storage)
-    assert index is not None and index.count == idx.fresh_index(storage).count
-    assert index.files[-1].size == (storage / "tasks" / "tasks.log").stat().st_size
-
-
-PLAIN_EVENTS = {"enqueued", "claimed", "progress", "succeeded", "retry_scheduled",
-                "dead_lettered", "cancelled", "claim_released"}  # fmt: skip
-plain_logs_and_cuts = st.tuples(
-    loggen.valid_logs.map(lambda logs: [
-        r for r in logs if r.get("event") in PLAIN_EVENTS and not r.get("triggerAfterIds")
-        and r.get("dlqKey") in (None, r.get("taskId"))]),
-    st.lists(st.integers(min_value=1, max_value=40), max_size=2),
-)  # fmt: skip
-"""Logs the census answers for, as a rule (a plain queue's events), with compactions."""
-
-
-@settings(max_examples=examples(150), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(data=st.one_of(plain_logs_and_cuts, logs_and_cuts))
-def test_a_split_replay_agrees_with_the_summary_and_its_index_with_a_rescan(
-    tmp_path_factory: Any, data: Any
-) -> None:
-    records, cuts = data
-    storage = build_storage(tmp_path_factory.mktemp("split"), records, cuts)
-    history = read_history(storage)
-    with every_last_file_split() as joined:
-        answered = _census_agrees(storage, history)
-    event(f"split: {bool(joined)}, answered: {answered}")
-    if answered and idx.read_index(storage) is not None:
-        _index_agrees(storage, ids_of(records))
-
-
-def test_a_second_half_only_the_full_summary_judges_leaves_it_to_it(tmp_path: Path) -> None:
-    """A SnerdMQ state line (or a child that fails) in the second half: the census
-    declines, as for one in the first half, and the child is waited for."""
-    from benchmarks.bench_replay import generate
-    from snerd.tools import replay_fast
-
-    log, _n = generate(tmp_path / "s", 300)
-    storage = tmp_path / "s"
-    line = orjson.dumps({"taskId": "zz", "taskType": "t", "taskData": "{}"}) + b"\n"
-    log.write_bytes(log.read_bytes() + line)
-    with every_last_file_split() as joined:
-        assert fast_replay(open_source(storage), NOW) is None
-        assert joined == [1]
-    log.write_bytes(log.read_bytes()[: -len(line)])
-
-    def failing(build: bool, batches: Any) -> bytes:
-        raise RuntimeError("the child fails")
-
-    real = replay_fast._segment
-    replay_fast._segment = failing  # type: ignore[assignment]
-    try:
-        with every_last_file_split() as joined:
-            assert fast_replay(open_source(storage), NOW) is None
-            assert joined == [1]
-    finally:
-        replay_fast._segment = real  # type: ignore[assignment]
-    assert _census_agrees(storage)
 
 
 @pytest.mark.parametrize("damage", ["delete", "garbage", "truncate", "other-file"])
