@@ -84,20 +84,11 @@ class Census:
     """Feed rows in log order with their places (:meth:`feed`), then :meth:`finish`
     with the records of the live tasks (at :meth:`live_places`)."""
 
-    def __init__(self, *, segment: bool = False) -> None:
+    def __init__(self) -> None:
         self.seen: dict[str, str] = {}
         self.live: dict[str, list[int]] = {}  # live task -> the places of its records
         self.dlq: set[str] = set()
         self.events = 0
-        self.segment = segment
-        """A later part of a log, counted on its own (:meth:`absorb` joins it to the
-        census of what came before): it cannot tell whether a task was live where it
-        starts, so it also keeps, for each task, the light records met before any
-        other (``orphans``: the task's if it was live), and whether the records the
-        task holds at the end go on from what it had there (``continues``: its first
-        record other than a light one was a full state, and none took it out since)."""
-        self.orphans: dict[str, list[int]] = {}
-        self.continues: dict[str, bool] = {}
 
     def feed(self, rows: Sequence[Any], places: Iterable[int]) -> None:
         """Count ``rows``; ``places`` says where each one is (any increasing numbers:
@@ -116,8 +107,6 @@ class Census:
                 positions = live.get(task_id)
                 if positions is not None:
                     positions.append(place)
-                elif self.segment and task_id not in seen:
-                    self.orphans.setdefault(task_id, []).append(place)
             elif event in full_state:
                 task_id = row.taskId
                 if task_id is None or row.taskType is None or row.triggerAfterIds:
@@ -125,8 +114,6 @@ class Census:
                 positions = live.get(task_id)
                 if positions is None:
                     live[task_id] = [place]
-                    if self.segment and task_id not in seen:
-                        self.continues[task_id] = True
                 else:
                     positions.append(place)
                 seen[task_id] = LIVE
@@ -135,8 +122,6 @@ class Census:
                 if task_id is None:
                     raise NotCensus(f"{event} without a taskId")
                 live.pop(task_id, None)
-                if self.segment:
-                    self.continues[task_id] = False
                 seen[task_id] = tombstone[event]
             elif event == "dead_lettered":
                 task_id = row.taskId
@@ -144,53 +129,11 @@ class Census:
                         or (row.dlqKey is not None and row.dlqKey != task_id)):  # fmt: skip
                     raise NotCensus("dead_lettered the census cannot judge")
                 live.pop(task_id, None)
-                if self.segment:
-                    self.continues[task_id] = False
                 dlq.add(task_id)
                 seen[task_id] = DEAD_LETTERED
             elif event != "snapshot":
                 raise NotCensus(f"{event or 'SnerdMQ state'} line")
         self.events += len(rows)
-
-    def absorb(self, later: Census) -> None:
-        """Go on with ``later``: the census of the records right after these, counted
-        as a ``segment``. The result is the census of both parts read as one."""
-        seen, live = self.seen, self.live
-        for task_id, orphans in later.orphans.items():
-            positions = live.get(task_id)
-            if positions is not None:  # (live where the part starts: its light records count)
-                positions.extend(orphans)
-        for task_id, word in later.seen.items():
-            positions = later.live.get(task_id)
-            if positions is None:
-                live.pop(task_id, None)
-            elif not later.continues.get(task_id) or task_id not in live:
-                live[task_id] = positions
-            else:
-                live[task_id].extend(positions)
-            seen[task_id] = word
-        self.dlq |= later.dlq
-        self.events += later.events
-
-    def state(self) -> dict[str, Any]:
-        """What :meth:`absorb` reads of a segment, as plain data (for another process)."""
-        return {
-            "seen": self.seen,
-            "live": self.live,
-            "dlq": sorted(self.dlq),
-            "events": self.events,
-            "orphans": self.orphans,
-            "continues": self.continues,
-        }
-
-    @staticmethod
-    def of_state(state: dict[str, Any]) -> Census:
-        """The segment :meth:`state` describes."""
-        census = Census(segment=True)
-        census.seen, census.live = state["seen"], state["live"]
-        census.dlq, census.events = set(state["dlq"]), state["events"]
-        census.orphans, census.continues = state["orphans"], state["continues"]
-        return census
 
     def live_places(self) -> list[int]:
         """The places of every record of the tasks live now, in log order."""
