@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from benchmarks import bench_replay
+from snerd.tools import stats
 
 BIG = 256 << 20
 
@@ -36,7 +40,7 @@ def test_a_command_run_on_a_terminal_has_one_and_what_it_draws_is_read() -> None
     draw = (
         "from snerd.tools import kit\n"
         "from snerd.tools.progress import LateProgress\n"
-        "bar = LateProgress('reading the log', lambda: 3, kit.console(stderr=True),\n"
+        f"bar = LateProgress({stats.BAR_LABEL!r}, lambda: 3, kit.console(stderr=True),\n"
         "                   after=0.0, every=1)\n"
         "for _ in bar.wrap(range(3)): pass\n"
         "bar.close()\n"
@@ -47,7 +51,17 @@ def test_a_command_run_on_a_terminal_has_one_and_what_it_draws_is_read() -> None
     assert bench_replay.STATS_BAR not in quiet
 
 
-def test_the_bar_looked_for_is_the_one_stats_draws() -> None:
-    from snerd.tools import stats
+def test_the_bar_looked_for_is_the_one_stats_draws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    labels: list[str] = []
 
-    assert bench_replay.STATS_BAR.decode() in Path(stats.__file__).read_text()
+    class Seen(stats.LateProgress):
+        def __init__(self, label: str, *args: Any, **kwargs: Any) -> None:
+            labels.append(label)
+            super().__init__(label, *args, **kwargs)
+
+    bench_replay.generate(tmp_path / "s", 5)
+    monkeypatch.setattr(stats, "LateProgress", Seen)
+    stats.gather(tmp_path / "s", Console(file=io.StringIO()))
+    assert [label.encode() for label in labels] == [bench_replay.STATS_BAR]
