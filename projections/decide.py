@@ -32,7 +32,7 @@ from snerd.projections.commands import (
     ReportProgress,
     Requeue,
 )
-from snerd.projections.events import Event, decode
+from snerd.projections.events import Event, decode, ms
 from snerd.projections.plan import idle
 from snerd.projections.pmaps import has
 from snerd.projections.queries import descendants
@@ -69,19 +69,21 @@ class UnknownParents:
     ids: tuple[str, ...]
 
 
-def ms(seconds: float) -> int:
-    return round(seconds * 1000)
+def _event(event: str, now: float, daemon: str, fields: Record | None = None) -> Record:
+    # (``fields`` a dict, not ``**fields``: compiled, a call with ``**`` goes through
+    # the interpreter's generic call and argument parsing, a few thousand instructions)
+    record = {ev.F_EVENT: event, ev.F_TS: ms(now), ev.F_DAEMON: daemon}
+    if fields:
+        record.update(fields)
+    return record
 
 
-def _event(event: str, now: float, daemon: str, **fields: Any) -> Record:
-    return {ev.F_EVENT: event, ev.F_TS: ms(now), ev.F_DAEMON: daemon, **fields}
-
-
-def full_state(event: str, task: Task, now: float, daemon: str, **fields: Any) -> Record:
+def full_state(event: str, task: Task, now: float, daemon: str,
+               fields: Record | None = None) -> Record:  # fmt: skip
     """A full-state line: the task's latest state plus our event fields."""
     deleted = now if event in (ev.SUCCEEDED, ev.CANCELLED, ev.DEAD_LETTERED) else None
     record = task_to_record(task, deleted_at=deleted)
-    record.update(_event(event, now, daemon, **fields))
+    record.update(_event(event, now, daemon, fields))
     if task.attempt:
         record.setdefault(ev.F_ATTEMPT, task.attempt)
     return record
@@ -113,7 +115,7 @@ def enqueue(
     holders = state.fingerprints.get(digest) if digest else None
     if holders:
         holder = min(holders)
-        dropped = _event(ev.DEDUPLICATED, now, daemon, **{
+        dropped = _event(ev.DEDUPLICATED, now, daemon, {
             ev.F_TASK: cmd.task_id, ev.F_TYPE: cmd.task_type, ev.F_DUPLICATE_OF: holder})
         return [dropped], Deduplicated(holder)
     execute_at = cmd.execute_at
@@ -172,14 +174,16 @@ def claim(task: Task, *, now: float, daemon: str, lease_seconds: float) -> Recor
     """The claim of the task's next attempt by ``daemon``."""
     record = _event(
         ev.CLAIMED, now, daemon,
-        **{ev.F_TASK: task.id, ev.F_ATTEMPT: task.attempt + 1,
-           ev.F_LEASE_UNTIL: ms(now + lease_seconds)},
+        {ev.F_TASK: task.id, ev.F_ATTEMPT: task.attempt + 1,
+         ev.F_LEASE_UNTIL: ms(now + lease_seconds)},
     )  # fmt: skip
     if task.rate_group:
         record[ev.F_GROUP] = task.rate_group
-    due = max((t for t in (task.created_at, task.not_before) if t is not None), default=None)
+    due, not_before = task.created_at, task.not_before  # waited since the later of the two
+    if not_before is not None and (due is None or not_before > due):
+        due = not_before
     if due is not None:
-        record[ev.F_WAITED] = ms(max(0.0, now - due))
+        record[ev.F_WAITED] = ms(now - due) if now > due else 0
     return record
 
 
@@ -212,16 +216,17 @@ def succeed(task: Task, *, now: float, daemon: str, result: Any = None) -> list[
     extra = {} if result is None else {ev.F_RESULT: result}
     cron = _upcoming(task, now)
     if cron is not None:
-        return [_next_occurrence(task, cron, now, daemon, **extra)]
+        return [_next_occurrence(task, cron, now, daemon, extra)]
     # SnerdMQ's readers count a tombstone that still carries an error as a failure.
     ended = task if task.last_error is None else with_(task, last_error=None)
-    return [full_state(ev.SUCCEEDED, ended, now, daemon, **extra)]
+    return [full_state(ev.SUCCEEDED, ended, now, daemon, extra)]
 
 
-def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str, **extra: Any) -> Record:
+def _next_occurrence(task: Task, cron: Cron, now: float, daemon: str,
+                     extra: Record | None = None) -> Record:  # fmt: skip
     at = reschedule(cron, scheduled_at=task.execute_at or now, now=now)
     fresh = with_(task, execute_at=at, retry_count=0, retry_after_time=None, last_error=None)
-    return full_state(ev.RESCHEDULED, fresh, now, daemon, **extra)
+    return full_state(ev.RESCHEDULED, fresh, now, daemon, extra)
 
 
 def fail(
@@ -244,7 +249,7 @@ def fail(
             last_error=error,
         )
         fields = {ev.F_RETRY_DELAY: delay} if task.retry_backoff else {}
-        return [full_state(ev.RETRY_SCHEDULED, retried, now, daemon, **fields)], False
+        return [full_state(ev.RETRY_SCHEDULED, retried, now, daemon, fields)], False
     return dead_letter(state, with_(task, last_error=error), now=now, daemon=daemon,
                        reason=reason), True  # fmt: skip
 
@@ -262,10 +267,10 @@ def dead_letter(
     if cron is not None:
         key = f"{task.id}@{format_instant(task.execute_at or now)}"
         records.append(full_state(ev.DEAD_LETTERED, task, now, daemon,
-                                  **{ev.F_REASON: reason, ev.F_DLQ_KEY: key}))  # fmt: skip
+                                  {ev.F_REASON: reason, ev.F_DLQ_KEY: key}))  # fmt: skip
         records.append(_next_occurrence(task, cron, now, daemon))
         return records
-    records.append(full_state(ev.DEAD_LETTERED, task, now, daemon, **{ev.F_REASON: reason}))
+    records.append(full_state(ev.DEAD_LETTERED, task, now, daemon, {ev.F_REASON: reason}))
     records.extend(fail_through(state, [task.id], now=now, daemon=daemon))
     return records
 
@@ -282,7 +287,7 @@ def fail_through(state: QueueState, parents: list[str], *, now: float, daemon: s
             seen.add(child_id)
             failed = with_(child, last_error=f"parent task failed: {parent}")
             out.append(full_state(ev.DEAD_LETTERED, failed, now, daemon,
-                                  **{ev.F_REASON: ev.REASON_FAILED_PARENT}))  # fmt: skip
+                                  {ev.F_REASON: ev.REASON_FAILED_PARENT}))  # fmt: skip
     return out
 
 
@@ -291,7 +296,7 @@ def release(task: Task, *, reason: str, now: float, daemon: str) -> Record:
     attempt = task.claim.attempt if task.claim else task.attempt
     return _event(
         ev.CLAIM_RELEASED, now, daemon,
-        **{ev.F_TASK: task.id, ev.F_ATTEMPT: attempt, ev.F_REASON: reason},
+        {ev.F_TASK: task.id, ev.F_ATTEMPT: attempt, ev.F_REASON: reason},
     )  # fmt: skip
 
 
@@ -299,7 +304,7 @@ def progress(task: Task, data: Any, *, now: float, daemon: str) -> Record:
     attempt = task.claim.attempt if task.claim else task.attempt
     return _event(
         ev.PROGRESSED, now, daemon,
-        **{ev.F_TASK: task.id, ev.F_ATTEMPT: attempt, ev.F_DATA: data},
+        {ev.F_TASK: task.id, ev.F_ATTEMPT: attempt, ev.F_DATA: data},
     )  # fmt: skip
 
 
@@ -340,7 +345,7 @@ def requeue(
     if task.id in state.tasks:
         return [], Refusal("invalid_state", f"task {task.id!r} is live")
     fresh = with_(task, retry_count=0, retry_after_time=None, last_error=None)
-    return [full_state(ev.REQUEUED, fresh, now, daemon, **{ev.F_DLQ_KEY: key})], None
+    return [full_state(ev.REQUEUED, fresh, now, daemon, {ev.F_DLQ_KEY: key})], None
 
 
 def purge(
@@ -351,7 +356,7 @@ def purge(
     if key not in state.dlq:
         return [], Refusal("unknown_task", f"no dead-lettered task {key!r}")
     records = fail_through(state, [key], now=now, daemon=daemon)
-    records.append(_event(ev.PURGED, now, daemon, **{ev.F_DLQ_KEY: key, ev.F_TASK: key}))
+    records.append(_event(ev.PURGED, now, daemon, {ev.F_DLQ_KEY: key, ev.F_TASK: key}))
     return records, None
 
 

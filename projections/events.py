@@ -15,6 +15,7 @@ are re-exported here, so ``events`` is the one vocabulary of the log.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple, TypeAlias
 
@@ -74,6 +75,23 @@ Record: TypeAlias = dict[str, Any]
 
 MAX_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last instant RFC 3339 writes
 MAX_SEQ: Final = 2**53 - 1  # the largest seq a writer continues from (eventlog's bound too)
+
+
+def ms(seconds: float) -> int:
+    """Epoch seconds as the log's integer milliseconds, rounded as ``round`` rounds
+    (halves to even; :func:`ms_time` reads them back).
+
+    ``round`` itself is a generic call from compiled code; ``math.floor`` is native,
+    and the rest is exact: ``x - floor(x)`` is exact for every finite ``x`` (for
+    ``|x| >= 2**52`` every float is whole), but for ``-1 < x < 0``, where its rounding
+    cannot move it across the half. Infinities and NaN raise as ``round`` does.
+    """
+    x = seconds * 1000.0
+    whole = math.floor(x)
+    part = x - whole
+    if part > 0.5 or (part == 0.5 and whole & 1):
+        whole += 1
+    return whole
 
 
 def ms_time(value: Any) -> float | None:
@@ -337,18 +355,17 @@ def _usable_data(record: Record) -> str | None:
 
 def _full_state(record: Record) -> tuple[str, int] | str:
     """(taskId, attempt) of a usable full-state line, else why it is unusable."""
-    get = record.get
-    task_id = get(F_TASK_ID)
+    task_id = record.get(F_TASK_ID)
     if type(task_id) is not str or not task_id:
         return f"{F_TASK_ID} must be a non-empty string"
-    if type(get(F_TASK_TYPE)) is not str:
+    if type(record.get(F_TASK_TYPE)) is not str:
         return f"{F_TASK_TYPE} must be a string (task {task_id})"
-    data = get(F_TASK_DATA)
+    data = record.get(F_TASK_DATA)
     if data is not None and type(data) is not str:
         problem = _usable_data(record)
         if problem is not None:
             return problem
-    attempt = get(F_ATTEMPT)
+    attempt = record.get(F_ATTEMPT)
     return task_id, attempt if type(attempt) is int and attempt >= 0 else 0
 
 
@@ -412,24 +429,23 @@ def _tombstone(kind: type[Succeeded] | type[Cancelled]) -> Any:
 
 
 def _claimed(record: Record, seq: int | None) -> Event:
-    get = record.get
-    attempt = get(F_ATTEMPT)
-    task_id = get(F_TASK)  # taskId on the light lines of older logs
+    attempt = record.get(F_ATTEMPT)
+    task_id = record.get(F_TASK)  # taskId on the light lines of older logs
     if task_id is None:
-        task_id = get(F_TASK_ID)
-    daemon = get(F_DAEMON)
+        task_id = record.get(F_TASK_ID)
+    daemon = record.get(F_DAEMON)
     if attempt is not None and (type(attempt) is not int or attempt < 1):
         return Unusable(f"{F_ATTEMPT} must be an integer >= 1", seq, record)
     if type(task_id) is not str or not task_id or type(daemon) is not str or not daemon:
         return Unusable(f"{F_TASK} and {F_DAEMON} must be non-empty strings",
                         seq, record)  # fmt: skip
-    group = get(F_GROUP)
-    waited = get(F_WAITED)
+    group = record.get(F_GROUP)
+    waited = record.get(F_WAITED)
     # ms_time of each instant, its common case (an int in range) inline: a replay
     # decodes millions of claims
-    lease = get(F_LEASE_UNTIL)
+    lease = record.get(F_LEASE_UNTIL)
     lease = lease / 1000.0 if type(lease) is int and 0 <= lease <= MAX_MS else ms_time(lease)
-    ts = get(F_TS)
+    ts = record.get(F_TS)
     ts = ts / 1000.0 if type(ts) is int and 0 <= ts <= MAX_MS else ms_time(ts)
     return _new(Claimed, (task_id, daemon, attempt, lease, str(group) if group else None,
                           seq, ts, record,
@@ -534,9 +550,8 @@ def decode(record: Record) -> Event:
     it changes; every other field falls back to its default when missing or malformed.
     (``ts`` and ``daemon`` are read when an event's rule or a reader needs them.)
     """
-    get = record.get
-    seq = get(F_SEQ)
-    event = get(F_EVENT)
+    seq = record.get(F_SEQ)
+    event = record.get(F_EVENT)
     if seq is not None:
         if type(seq) is not int or seq == 0:  # 0: "no seq" (a header of an empty log)
             seq = None

@@ -18,10 +18,6 @@ from snerd.projections.state import DeadLetter, QueueState
 from snerd.projections.task import ACTIVE, Task, task_to_record
 
 
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
 def dead_letter_record(entry: DeadLetter) -> dict[str, Any]:
     record = task_to_record(entry.task, deleted_at=entry.at or entry.task.created_at or 0.0)
     record[ev.F_EVENT] = ev.DEAD_LETTERED
@@ -30,7 +26,7 @@ def dead_letter_record(entry: DeadLetter) -> dict[str, Any]:
     if entry.key != entry.task.id:
         record[ev.F_DLQ_KEY] = entry.key
     if entry.at is not None:
-        record[ev.F_TS] = _ms(entry.at)
+        record[ev.F_TS] = ev.ms(entry.at)
     if entry.task.attempt:
         record[ev.F_ATTEMPT] = entry.task.attempt
     return record
@@ -49,13 +45,13 @@ def task_records(task: Task) -> list[dict[str, Any]]:
         light: dict[str, Any] = {
             ev.F_EVENT: ev.CLAIMED,
             ev.F_TASK: task.id,
-            ev.F_TS: _ms(claim.at),
+            ev.F_TS: ev.ms(claim.at),
             ev.F_DAEMON: claim.daemon,
             ev.F_ATTEMPT: claim.attempt,
             ev.F_COMPACTED: True,
         }
         if claim.lease_until is not None:
-            light[ev.F_LEASE_UNTIL] = _ms(claim.lease_until)
+            light[ev.F_LEASE_UNTIL] = ev.ms(claim.lease_until)
         out.append(light)
         if task.progress is not None:
             out.append(
@@ -76,7 +72,7 @@ def snapshot_records(state: QueueState, now: float) -> list[dict[str, Any]]:
     if totals is not None:
         out.append(totals)
     for group, times in sorted(state.windows.items()):
-        recent = [_ms(t) for t in times if t > now - RATE_WINDOW_SECONDS]
+        recent = [ev.ms(t) for t in times if t > now - RATE_WINDOW_SECONDS]
         if recent:
             out.append({ev.F_EVENT: ev.RATE_WINDOW, ev.F_GROUP: group, ev.F_TIMES: recent})
     for entry in sorted(state.dlq.values(), key=lambda e: e.key):
