@@ -15,7 +15,6 @@ are re-exported here, so ``events`` is the one vocabulary of the log.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple, TypeAlias
 
@@ -64,6 +63,7 @@ from snerd.projections.fields import (
     SNAPSHOT,
     SUCCEEDED,
 )
+from snerd.projections.schedule import round_even
 from snerd.projections.task import Task, rebooked, task_from_record
 
 # A compiled build (mypyc, ``setup.py``) binds a star import's names for this module's
@@ -79,19 +79,8 @@ MAX_SEQ: Final = 2**53 - 1  # the largest seq a writer continues from (eventlog'
 
 def ms(seconds: float) -> int:
     """Epoch seconds as the log's integer milliseconds, rounded as ``round`` rounds
-    (halves to even; :func:`ms_time` reads them back).
-
-    ``round`` itself is a generic call from compiled code; ``math.floor`` is native,
-    and the rest is exact: ``x - floor(x)`` is exact for every finite ``x`` (for
-    ``|x| >= 2**52`` every float is whole), but for ``-1 < x < 0``, where its rounding
-    cannot move it across the half. Infinities and NaN raise as ``round`` does.
-    """
-    x = seconds * 1000.0
-    whole = math.floor(x)
-    part = x - whole
-    if part > 0.5 or (part == 0.5 and whole & 1):
-        whole += 1
-    return whole
+    (halves to even; :func:`ms_time` reads them back)."""
+    return round_even(seconds * 1000.0)
 
 
 def ms_time(value: Any) -> float | None:

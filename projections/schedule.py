@@ -33,6 +33,7 @@ __all__ = [
     "parse_cron",
     "parse_instant",
     "reschedule",
+    "round_even",
     "snerdmq_cron",
 ]
 
@@ -54,6 +55,19 @@ _MAX_YEARS_BETWEEN = 130  # enough for a 7-field year anywhere in croniter's 197
 # --------------------------------------------------------------------------- instants
 
 
+def round_even(x: float) -> int:
+    """``round(x)`` for a float (halves to even), without ``round``: from compiled code
+    that is a generic call, where ``math.floor`` is native. The rest is exact:
+    ``x - floor(x)`` is exact for every finite ``x`` (every float of ``|x| >= 2**52`` is
+    whole), but for ``-1 < x < 0``, where its rounding cannot move it across the half.
+    Infinities and NaN raise as ``round`` does."""
+    whole = math.floor(x)
+    part = x - whole
+    if part > 0.5 or (part == 0.5 and whole & 1):
+        whole += 1
+    return whole
+
+
 def parse_instant(text: object) -> float:
     """RFC 3339 / ISO 8601 text -> epoch seconds (UTC).
 
@@ -64,6 +78,11 @@ def parse_instant(text: object) -> float:
     """
     if not isinstance(text, str):
         raise EventError(f"timestamp must be a string, got {_show(text)}")
+    if len(text) == 24 and text[23] == "Z":  # (our own form, format_instant's, at once)
+        whole = _SECONDS.get(text[:20])
+        millis = text[20:23]
+        if whole is not None and millis.isascii() and millis.isdigit():
+            return (whole * 1000 + int(millis)) / 1000  # as timestamp() divides: exactly
     raw = text.strip().upper()
     extra = 0.0
     leap = _LEAP_SECOND.match(raw) if ":60" in raw else None  # (no regex for the rest)
@@ -90,7 +109,7 @@ def format_instant(ts: object) -> str:
     timedelta rounds it."""
     ts = _instant(ts, what="instant")
     whole = int(ts)  # (toward zero, as math.modf; the fraction below is exact)
-    micros = round((ts - whole) * 1e6)  # within +-1,000,000
+    micros = round_even((ts - whole) * 1e6)  # within +-1,000,000
     return _format_second(whole + micros // 1_000_000) + _MILLIS[micros % 1_000_000 // 1000]
 
 
@@ -100,9 +119,19 @@ _MILLIS = tuple(f"{ms:03d}Z" for ms in range(1000))
 
 @functools.lru_cache(maxsize=1024)
 def _format_second(whole: int) -> str:
-    """The text of a whole second, up to its dot (formatted once per second seen)."""
+    """The text of a whole second, up to its dot (formatted once per second seen), and
+    that second in :data:`_SECONDS`, for :func:`parse_instant` to read the text back."""
     t = _EPOCH + timedelta(seconds=whole)  # (not strftime: its %Y drops a small year's zeros)
-    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
+    text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
+    if len(_SECONDS) >= 4096:
+        _SECONDS.clear()
+    _SECONDS[text] = whole
+    return text
+
+
+_SECONDS: dict[str, int] = {}
+"""Whole seconds by their text, as :func:`_format_second` writes them (the seconds it
+formatted lately: enqueues and outcomes read back the instants they wrote)."""
 
 
 def _instant(ts: object, *, what: str) -> float:

@@ -320,7 +320,7 @@ def _data(value: Any) -> str:
 _KNOWN_FIELDS: Final = ev.TASK_FIELDS | ev.OUR_FIELDS | ev.OUR_TASK_FIELDS
 
 
-def require_ids(record: Mapping[str, Any]) -> tuple[str, str]:
+def require_ids(record: dict[str, Any]) -> tuple[str, str]:
     """(taskId, taskType) of a full-state line; EventError if either is unusable.
 
     These are the only fields whose absence makes a line unusable: every other
@@ -335,7 +335,7 @@ def require_ids(record: Mapping[str, Any]) -> tuple[str, str]:
     return task_id, task_type
 
 
-def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int = 0) -> Task:
+def task_from_record(record: dict[str, Any], *, order: int = 0, attempt: int = 0) -> Task:
     """Read a full-state line. Raises EventError only when :func:`require_ids` does.
 
     Every fold reads one per enqueue, so each field's common case is read inline and
@@ -343,54 +343,54 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
     lines) costs one lookup; a count or number of the usual type and range, one test
     (:func:`_number` and :func:`_text` give the same answers for them).
     """
-    get = record.get
     task_id, task_type = require_ids(record)
-    created_text = get(ev.F_CREATED_AT)
+    created_text = record.get(ev.F_CREATED_AT)
     created = None if created_text is None else _instant(created_text, ev.F_CREATED_AT)
     unknown = () if _KNOWN_FIELDS.issuperset(record) else record.keys() - _KNOWN_FIELDS
     # The same text as createdAt is the same instant: "none" (see _after_creation).
-    value = get(ev.F_EXECUTE_AT)
+    value = record.get(ev.F_EXECUTE_AT)
     execute_at = (
         None if value is None or value == created_text
         else _after_creation(value, ev.F_EXECUTE_AT, created)
     )  # fmt: skip
-    value = get(ev.F_RETRY_AFTER_TIME)
+    value = record.get(ev.F_RETRY_AFTER_TIME)
     retry_after_time = (
         None if value is None or value == created_text
         else _after_creation(value, ev.F_RETRY_AFTER_TIME, created)
     )  # fmt: skip
-    value = get(ev.F_MAX_PER_MINUTE)
+    value = record.get(ev.F_MAX_PER_MINUTE)
     per_minute = 0.0 if value is None else _number(value, ev.F_MAX_PER_MINUTE, 0.0, low=1.0)
-    value = get(ev.F_MAX_EXECUTION_EXACT)
+    value = record.get(ev.F_MAX_EXECUTION_EXACT)
     limit = None if value is None else _positive(value, ev.F_MAX_EXECUTION_EXACT)
     if limit is None:
-        value = get(ev.F_MAX_EXECUTION_SECONDS)
+        value = record.get(ev.F_MAX_EXECUTION_SECONDS)
         limit = None if value is None else _positive(value, ev.F_MAX_EXECUTION_SECONDS)
-    value = get(ev.F_CRON_TEXT)
+    value = record.get(ev.F_CRON_TEXT)
     cron = None if value is None else _text(value)
     if cron is None:
-        value = get(ev.F_CRON)
+        value = record.get(ev.F_CRON)
         cron = None if value is None else _text(value)
-    data = get(ev.F_TASK_DATA)
+    data = record.get(ev.F_TASK_DATA)
     if type(data) is not str:
         data = _data(data)
-    max_retries = get(ev.F_MAX_RETRIES)
+    max_retries = record.get(ev.F_MAX_RETRIES)
     if type(max_retries) is not int or not 0 <= max_retries < _MAX_EXACT:
         max_retries = int(_number(max_retries, ev.F_MAX_RETRIES, 3, low=0))
-    retry_count = get(ev.F_RETRY_COUNT)
+    retry_count = record.get(ev.F_RETRY_COUNT)
     if type(retry_count) is not int or not 0 <= retry_count < _MAX_EXACT:
         retry_count = int(_number(retry_count, ev.F_RETRY_COUNT, 0, low=0))
-    hours = get(ev.F_RETRY_AFTER_HOURS)
+    hours = record.get(ev.F_RETRY_AFTER_HOURS)
     if type(hours) is not float or not 0.0 <= hours < _MAX_EXACT:
         hours = _number(hours, ev.F_RETRY_AFTER_HOURS, 0.0, low=0.0)
-    urgency = get(ev.F_URGENCY)
+    urgency = record.get(ev.F_URGENCY)
     if type(urgency) is not float or not -_MAX_EXACT <= urgency < _MAX_EXACT:
         urgency = _number(urgency, ev.F_URGENCY, 0.0)
-    webhook_url, pool = get(ev.F_WEBHOOK_URL), get(ev.F_POOL)
-    rate_group, fingerprint = get(ev.F_RATE_GROUP), get(ev.F_FINGERPRINT)
-    backoff, max_delay = get(ev.F_RETRY_BACKOFF), get(ev.F_RETRY_MAX_DELAY)
-    parents = get(ev.F_TRIGGER_AFTER_IDS)
-    has_error = get(ev.F_LAST_ERROR) is not None or get(ev.F_LAST_ERROR_TEXT) is not None
+    webhook_url, pool = record.get(ev.F_WEBHOOK_URL), record.get(ev.F_POOL)
+    rate_group, fingerprint = record.get(ev.F_RATE_GROUP), record.get(ev.F_FINGERPRINT)
+    backoff, max_delay = record.get(ev.F_RETRY_BACKOFF), record.get(ev.F_RETRY_MAX_DELAY)
+    parents = record.get(ev.F_TRIGGER_AFTER_IDS)
+    has_error = (record.get(ev.F_LAST_ERROR) is not None
+                 or record.get(ev.F_LAST_ERROR_TEXT) is not None)
     return Task(
         id=task_id,
         type=task_type,
@@ -407,7 +407,7 @@ def task_from_record(record: Mapping[str, Any], *, order: int = 0, attempt: int 
         pool=None if pool is None else _text(pool),
         rate_group=None if rate_group is None else _text(rate_group),
         max_per_minute=int(per_minute) or None,
-        auto_dedupe=get(ev.F_AUTO_DEDUPE) is True,
+        auto_dedupe=record.get(ev.F_AUTO_DEDUPE) is True,
         fingerprint=None if fingerprint is None else _text(fingerprint),
         parents=() if parents is None else _parents(parents),
         last_error=record_error(record) if has_error else None,

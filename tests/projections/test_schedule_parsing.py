@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 
 from snerd.errors import EventError
+from snerd.projections import schedule
 from snerd.projections.schedule import (
     Cron,
     format_instant,
@@ -17,6 +19,7 @@ from snerd.projections.schedule import (
     parse_cron,
     parse_instant,
     reschedule,
+    round_even,
 )
 
 
@@ -134,6 +137,57 @@ def test_format_instant_is_the_stdlibs_instant(ts: float) -> None:
 ])  # fmt: skip
 def test_format_instant_at_rounding_edges(ts: float) -> None:
     assert format_instant(ts) == _stdlib_instant(ts)
+
+
+def _stdlib_reading(text: str) -> float | type[EventError]:
+    """parse_instant's reference for its own form: the stdlib's aware datetime's
+    timestamp, or EventError where the stdlib refuses the text."""
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return EventError
+
+
+@settings(max_examples=examples(1000))
+@given(st.one_of(INSTANTS, st.floats(min_value=1.6e9, max_value=2.2e9),
+                 st.integers(min_value=FIRST_MS, max_value=LAST_MS).map(lambda ms: ms / 1000)),
+       st.one_of(st.text(min_size=3, max_size=3),  # digits int() reads but RFC 3339 not:
+                 st.text("0123456789 _+-\t\u0663\uff13", min_size=3, max_size=3)),
+       st.booleans())  # fmt: skip
+def test_our_own_form_reads_back_as_the_stdlib_reads_it(ts: float, millis: str,
+                                                         mangled: bool) -> None:  # fmt: skip
+    """The text format_instant writes is read at once (its second looked up, not
+    parsed): the same instant as the stdlib's reading, to the bit; a text of that
+    second with anything else where its milliseconds go, as the stdlib reads it too."""
+    text = format_instant(ts)
+    assert schedule._SECONDS.get(text[:20]) is not None  # (so the quick reading is tried)
+    if mangled:
+        text = text[:20] + millis + "Z"
+    expected = _stdlib_reading(text)
+    if expected is EventError:
+        with pytest.raises(EventError):
+            parse_instant(text)
+    else:
+        assert parse_instant(text) == expected
+
+
+_HALVES = st.integers(min_value=-(2**54), max_value=2**54).map(lambda n: n / 2)
+
+
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False), _HALVES,
+                 _HALVES.map(lambda x: math.nextafter(x, math.inf)),
+                 _HALVES.map(lambda x: math.nextafter(x, -math.inf)),
+                 st.floats(min_value=-1.0, max_value=1.0)))  # fmt: skip
+def test_round_even_is_round(x: float) -> None:
+    assert round_even(x) == round(x) and type(round_even(x)) is int
+
+
+@pytest.mark.parametrize("x", [math.inf, -math.inf, math.nan])
+def test_round_even_of_no_number_raises_as_round_does(x: float) -> None:
+    with pytest.raises(Exception) as expected:
+        round(x)
+    with pytest.raises(expected.type):
+        round_even(x)
 
 
 def test_a_small_year_keeps_its_four_digits() -> None:
