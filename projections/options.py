@@ -16,7 +16,7 @@ malformed). The table is in ``specs/protocol.md`` §3.1.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 from urllib.parse import urlsplit
 
@@ -61,11 +61,11 @@ class OptionError(EventError):
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the wire's reader extends it
 class Fields:
-    """Typed access to a mapping of options; every failure names the field."""
+    """Typed access to a dict of options; every failure names the field."""
 
     __slots__ = ("msg",)
 
-    def __init__(self, msg: Mapping[str, Any]) -> None:
+    def __init__(self, msg: dict[str, Any]) -> None:
         self.msg = msg
 
     def fail(self, name: str, message: str, code: str = INVALID_FIELD) -> NoReturn:
