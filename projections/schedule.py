@@ -17,11 +17,11 @@ croniter is the engine underneath; schedules are evaluated in UTC.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from snerd.errors import EventError
 
@@ -117,21 +117,27 @@ _MILLIS = tuple(f"{ms:03d}Z" for ms in range(1000))
 """A millisecond's text and the ``Z`` after it, by the millisecond."""
 
 
-@functools.lru_cache(maxsize=1024)
 def _format_second(whole: int) -> str:
-    """The text of a whole second, up to its dot (formatted once per second seen), and
-    that second in :data:`_SECONDS`, for :func:`parse_instant` to read the text back."""
-    t = _EPOCH + timedelta(seconds=whole)  # (not strftime: its %Y drops a small year's zeros)
-    text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
-    if len(_SECONDS) >= 4096:
-        _SECONDS.clear()
-    _SECONDS[text] = whole
+    """The text of a whole second, up to its dot: formatted once while it is among the
+    seconds seen lately, kept both ways (:func:`parse_instant` reads the text back)."""
+    text = _TEXTS.get(whole)
+    if text is None:
+        t = _EPOCH + timedelta(seconds=whole)  # (not strftime: %Y drops a small year's zeros)
+        text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}."
+        if len(_TEXTS) >= _SECONDS_KEPT:
+            _TEXTS.clear()
+            _SECONDS.clear()
+        _TEXTS[whole] = text
+        _SECONDS[text] = whole
     return text
 
 
+_SECONDS_KEPT: Final = 4096
+_TEXTS: dict[int, str] = {}
+"""The text of each whole second formatted lately (every enqueue and outcome formats
+an instant: most fall in a second formatted already)."""
 _SECONDS: dict[str, int] = {}
-"""Whole seconds by their text, as :func:`_format_second` writes them (the seconds it
-formatted lately: enqueues and outcomes read back the instants they wrote)."""
+"""The same seconds by their text: :func:`parse_instant` reads our own form at once."""
 
 
 def _instant(ts: object, *, what: str) -> float:

@@ -171,6 +171,17 @@ def test_our_own_form_reads_back_as_the_stdlib_reads_it(ts: float, millis: str,
         assert parse_instant(text) == expected
 
 
+def test_the_seconds_kept_are_bounded_and_read_back_both_ways() -> None:
+    """Past the seconds it keeps, the formatter forgets them all, both ways: a second
+    it formatted before that is formatted again, and read back at once after."""
+    start, kept = 1_700_000_000, schedule._SECONDS_KEPT
+    seconds = range(start, start + kept + kept // 2)
+    for whole in [*seconds, *seconds[kept - 100 : kept]]:  # (the last of them: again)
+        text = format_instant(float(whole))
+        assert schedule._SECONDS.get(text[:20]) == whole
+        assert len(schedule._TEXTS) <= kept and len(schedule._SECONDS) <= kept
+
+
 _HALVES = st.integers(min_value=-(2**54), max_value=2**54).map(lambda n: n / 2)
 
 
