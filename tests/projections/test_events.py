@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -88,33 +87,18 @@ def test_a_fractional_millisecond_ts_reads_as_whole_milliseconds() -> None:
     assert ev.ms_time(1.5) == ev.ms_time(2) == 0.002
 
 
-# ms() rounds as round() does without calling it (a generic call from compiled code):
-# drawn times, exact halves and their neighbours, and the edges of the float range.
-_HALVES = st.integers(min_value=-(2**53), max_value=2**53).map(lambda n: n / 2000.0)
-
-
-@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False), _HALVES,
-                 _HALVES.map(lambda s: math.nextafter(s, math.inf)),
-                 _HALVES.map(lambda s: math.nextafter(s, -math.inf)),
-                 st.floats(min_value=-1e-3, max_value=1e-3)))  # fmt: skip
+# ms() is round(seconds * 1000) without calling round() (a generic call from compiled
+# code): schedule.round_even, tested there against round() itself.
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=64),
+                 st.integers(min_value=-(2**53), max_value=2**53).map(lambda n: n / 2000.0)))
 def test_ms_rounds_as_round_does(seconds: float) -> None:
     try:
-        expected: int | type[Exception] = round(seconds * 1000)
-    except OverflowError as exc:  # (a finite float whose product overflows)
-        expected = type(exc)
-    if isinstance(expected, int):
-        assert ev.ms(seconds) == expected and type(ev.ms(seconds)) is int
-    else:
-        with pytest.raises(expected):
+        expected = round(seconds * 1000)
+    except OverflowError:  # (a finite float whose product overflows)
+        with pytest.raises(OverflowError):
             ev.ms(seconds)
-
-
-@pytest.mark.parametrize("seconds", [math.inf, -math.inf, math.nan])
-def test_ms_of_no_number_raises_as_round_does(seconds: float) -> None:
-    with pytest.raises(Exception) as expected:
-        round(seconds * 1000)
-    with pytest.raises(expected.type):
-        ev.ms(seconds)
+        return
+    assert ev.ms(seconds) == expected and type(ev.ms(seconds)) is int
 
 
 # The hot decoders read a claim's instants and a tombstone's id inline (a replay decodes
