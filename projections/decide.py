@@ -70,9 +70,17 @@ class UnknownParents:
 
 
 def _event(event: str, now: float, daemon: str, fields: Record | None = None) -> Record:
-    # (``fields`` a dict, not ``**fields``: compiled, a call with ``**`` goes through
-    # the interpreter's generic call and argument parsing, a few thousand instructions)
-    record = {ev.F_EVENT: event, ev.F_TS: ms(now), ev.F_DAEMON: daemon}
+    return _with_event({}, event, now, daemon, fields)
+
+
+def _with_event(record: Record, event: str, now: float, daemon: str,
+                fields: Record | None) -> Record:  # fmt: skip
+    """``record`` with our event fields after its own (in place; ``fields`` a dict, not
+    ``**fields``: compiled, a call with ``**`` goes through the interpreter's generic
+    call and argument parsing, a few thousand instructions)."""
+    record[ev.F_EVENT] = event
+    record[ev.F_TS] = ms(now)
+    record[ev.F_DAEMON] = daemon
     if fields:
         record.update(fields)
     return record
@@ -82,8 +90,7 @@ def full_state(event: str, task: Task, now: float, daemon: str,
                fields: Record | None = None) -> Record:  # fmt: skip
     """A full-state line: the task's latest state plus our event fields."""
     deleted = now if event in (ev.SUCCEEDED, ev.CANCELLED, ev.DEAD_LETTERED) else None
-    record = task_to_record(task, deleted_at=deleted)
-    record.update(_event(event, now, daemon, fields))
+    record = _with_event(task_to_record(task, deleted_at=deleted), event, now, daemon, fields)
     if task.attempt:
         record.setdefault(ev.F_ATTEMPT, task.attempt)
     return record
@@ -213,7 +220,7 @@ def _upcoming(task: Task, now: float) -> Cron | None:
 def succeed(task: Task, *, now: float, daemon: str, result: Any = None) -> list[Record]:
     """Completion: a tombstone, or for a cron task its next occurrence; either carries
     the attempt's ``result`` when there is one."""
-    extra = {} if result is None else {ev.F_RESULT: result}
+    extra = None if result is None else {ev.F_RESULT: result}
     cron = _upcoming(task, now)
     if cron is not None:
         return [_next_occurrence(task, cron, now, daemon, extra)]
@@ -248,7 +255,7 @@ def fail(
             retry_after_time=now + delay if delay > 0 else None,
             last_error=error,
         )
-        fields = {ev.F_RETRY_DELAY: delay} if task.retry_backoff else {}
+        fields = {ev.F_RETRY_DELAY: delay} if task.retry_backoff else None
         return [full_state(ev.RETRY_SCHEDULED, retried, now, daemon, fields)], False
     return dead_letter(state, with_(task, last_error=error), now=now, daemon=daemon,
                        reason=reason), True  # fmt: skip
