@@ -7,7 +7,6 @@ writes them back, so a line survives a read/write round trip unchanged.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
@@ -29,8 +28,37 @@ Lane = tuple[str, str, str, int]
 _EMPTY: Final[Mapping[str, Any]] = pmap()
 _MAX_EXACT: Final = float(2**53)
 _LAST_INSTANT: Final = 253_402_300_799.999  # 9999-12-31T23:59:59.999Z
-_parse_cached = functools.lru_cache(maxsize=4096)(parse_instant)
-_format_cached = functools.lru_cache(maxsize=4096)(format_instant)
+_PARSED: Final[dict[str, float]] = {}
+_FORMATTED: Final[dict[float, str]] = {}
+_INSTANTS_KEPT: Final = 4096
+
+
+def _parse_cached(text: str) -> float:
+    """:func:`parse_instant`, remembered for the texts read lately: a task's instants
+    are most often one, read once for each field that holds it (and its record is read
+    back right after it is written). A plain dict where compiled code looks it up
+    natively, not an ``lru_cache`` (a generic call and its list kept in order, ~2,000
+    instructions a lookup); emptied once it holds :data:`_INSTANTS_KEPT` texts."""
+    instant = _PARSED.get(text)
+    if instant is None:
+        instant = parse_instant(text)  # (raises before anything is kept)
+        if len(_PARSED) >= _INSTANTS_KEPT:
+            _PARSED.clear()
+        _PARSED[text] = instant
+    return instant
+
+
+def _format_cached(instant: float) -> str:
+    """:func:`format_instant`, remembered as :func:`_parse_cached` remembers (equal
+    numbers share their text: ``1`` and ``1.0``, ``0.0`` and ``-0.0``, as an
+    ``lru_cache`` would share them, and as :func:`format_instant` writes them)."""
+    text = _FORMATTED.get(instant)
+    if text is None:
+        text = format_instant(instant)
+        if len(_FORMATTED) >= _INSTANTS_KEPT:
+            _FORMATTED.clear()
+        _FORMATTED[instant] = text
+    return text
 
 
 class Claim(NamedTuple):
