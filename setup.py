@@ -62,6 +62,7 @@ PURE = (
 GLUE = (
     "snerd/dispatcher/engine.py",
     "snerd/dispatcher/dispatch.py",
+    "snerd/dispatcher/runs.py",
     "snerd/eventlog/chain.py",
     "snerd/eventlog/codec.py",
     "snerd/eventlog/batch.py",

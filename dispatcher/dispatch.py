@@ -16,7 +16,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from snerd.dispatcher.clock import Timer, sleep
-from snerd.dispatcher.executors import Executor, Run
+from snerd.dispatcher.executors import Executor
+from snerd.dispatcher.runs import Run
 from snerd.errors import LogError
 from snerd.eventlog.base import Record
 from snerd.projections import heap

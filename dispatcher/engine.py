@@ -23,9 +23,10 @@ from typing import Any, Protocol, TypeVar
 
 from snerd.dispatcher.clock import Clock, SystemClock, sleep
 from snerd.dispatcher.dispatch import Claimed, Dispatcher
-from snerd.dispatcher.executors import Executor, Run
+from snerd.dispatcher.executors import Executor
 from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
+from snerd.dispatcher.runs import Run
 from snerd.errors import LogClosedError, LogError
 from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.projections import decide as cmds

@@ -19,21 +19,9 @@ from typing import Any, Protocol
 
 import orjson
 
+from snerd.dispatcher.runs import Run
 from snerd.errors import Fail
 from snerd.projections.slots import fast_init
-from snerd.projections.task import Task
-
-
-@dataclass(slots=True)
-class Run:
-    """One attempt this daemon has claimed and is running."""
-
-    task: Task
-    attempt: int
-    started: float
-    executor: Executor | None = None
-    timer: Any = None
-    handle: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 class Outcomes(Protocol):

@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from snerd.dispatcher.executors import Outcomes, Run, decode_data
+from snerd.dispatcher.executors import Outcomes, decode_data
+from snerd.dispatcher.runs import Run
 from snerd.eventlog.base import Record
 from snerd.projections import events as ev
 

@@ -18,7 +18,8 @@ import orjson
 
 from snerd.dispatcher.clock import Clock, ManualClock
 from snerd.dispatcher.engine import Engine
-from snerd.dispatcher.executors import Outcomes, Run
+from snerd.dispatcher.executors import Outcomes
+from snerd.dispatcher.runs import Run
 from snerd.errors import ProtocolError
 from snerd.eventlog.base import EventLog, Record
 from snerd.projections import events as ev
