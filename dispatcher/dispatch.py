@@ -59,6 +59,7 @@ class Dispatcher:
         self._executors: dict[tuple[str, str | None], Executor | None] = {}  # by (type, url)
         # the executors whose threads can outlive an attempt (``lingering``: capacity)
         self._threaded: list[Any] = [ex for ex in engine.executors if hasattr(ex, "lingering")]
+        self._bare: tuple[object, Claim] | None = None  # (the config, its claim of no ids)
 
     @property
     def started(self) -> bool:
@@ -173,9 +174,18 @@ class Dispatcher:
         return self._taken(planned_claims(list(step.claims), claim, now=now, daemon=e.daemon))
 
     def _claim(self, task_ids: tuple[str, ...] = ()) -> Claim:
-        """The claim command, with this engine's lease and grace."""
+        """The claim command, with this engine's lease and grace. Without ids (every
+        enqueue claimed as it is decided: :meth:`claim_enqueued`), one command for as
+        long as the engine keeps its config (a command is immutable; building one is a
+        dataclass's interpreted ``__init__``)."""
         config = self.engine.config
-        return Claim(task_ids, config.lease_seconds, config.timeout_grace)
+        bare = self._bare
+        if not task_ids and bare is not None and bare[0] is config:
+            return bare[1]
+        claim = Claim(task_ids, config.lease_seconds, config.timeout_grace)
+        if not task_ids:
+            self._bare = (config, claim)
+        return claim
 
     def _taken(self, decision: Decision) -> tuple[list[Record], Claimed]:
         """A claim decision's records and attempts, reserved until begun or not."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -1036,3 +1037,28 @@ async def test_a_task_claimed_with_its_enqueue_is_read_from_its_record_once(
     assert [e.task_id for e in heard] == [f"i{i}" for i in range(10)]
     assert all(e.built is not None for e in heard)
     assert reads == Counter({f"i{i}": 1 for i in range(10)})
+
+
+async def test_a_claim_told_with_its_enqueue_takes_the_lease_the_engine_has_now(
+    harness: Harness,
+) -> None:
+    """An enqueue claimed as it is decided takes the engine's lease: its claim command is
+    kept for as long as the engine keeps its config, and a new config is a new lease."""
+    never = asyncio.Event()
+
+    async def stuck(job: Job) -> None:
+        await never.wait()
+
+    engine = await harness.engine({"t": stuck}, lease_seconds=30.0)
+    leases: dict[str, float | None] = {}
+    for task_id, lease in (("a", 30.0), ("b", 30.0), ("c", 90.0), ("d", 90.0)):
+        if lease != engine.config.lease_seconds:
+            engine.config = dataclasses.replace(engine.config, lease_seconds=lease)
+        now = harness.clock.now()
+        await engine.enqueue(_enqueue(task_id))
+        await settle(engine, lambda: task_id in engine.runs)  # noqa: B023 (awaited here)
+        claim = engine.state.tasks[task_id].claim
+        assert claim is not None
+        leases[task_id] = None if claim.lease_until is None else claim.lease_until - now
+    assert leases == {"a": 30.0, "b": 30.0, "c": 90.0, "d": 90.0}
+    never.set()
