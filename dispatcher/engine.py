@@ -32,6 +32,7 @@ from snerd.eventlog.base import EventLog, Record, SkippedLine
 from snerd.projections import decide as cmds
 from snerd.projections import events as ev
 from snerd.projections import evolve
+from snerd.projections.apply import Folder
 from snerd.projections.commands import (
     Cancel,
     Command,
@@ -47,7 +48,7 @@ from snerd.projections.decide import decide, decide_run, owns
 from snerd.projections.delta import Delta
 from snerd.projections.events import Event, decode, use_built
 from snerd.projections.replay import BulkFolder
-from snerd.projections.state import QueueState, empty, fold_events
+from snerd.projections.state import QueueState, empty
 from snerd.projections.task import Task
 
 EnqueueOutcome = cmds.Refusal | cmds.Deduplicated | cmds.UnknownParents | None
@@ -168,7 +169,9 @@ class Engine:
         if self._built:  # tasks read from our own records already (a claim told with them)
             built, self._built = self._built, {}
             use_built(events, built)
-        self.state, delta = fold_events(self.state, events)
+        folder = Folder(self.state)  # (``state.fold_events``, called natively)
+        folder.feed(events)
+        self.state, delta = folder.finish()
         self.changed.set()
         for metric, _ in delta.counted:
             self.totals[metric] += 1

@@ -47,12 +47,7 @@ from snerd.projections.pmaps import (
 )
 from snerd.projections.rates import extend_window
 from snerd.projections.rules import phase_for
-from snerd.projections.state import (
-    DeadLetter,
-    QueueState,
-    lane_key,
-    timer_key,
-)
+from snerd.projections.state import DeadLetter, QueueState
 from snerd.projections.task import (
     ACTIVE,
     BLOCKED,
@@ -61,7 +56,9 @@ from snerd.projections.task import (
     Claim,
     Lane,
     Task,
+    lane_key,
     rebooked,
+    timer_key,
     with_phase,
 )
 

@@ -38,7 +38,17 @@ from snerd.projections.events import Record, decode
 from snerd.projections.pmaps import IdSet, assoc, get, id_set
 from snerd.projections.queue_state import QueueState, with_state
 from snerd.projections.rules import phase_for
-from snerd.projections.task import ACTIVE, BLOCKED, DELAYED, READY, Lane, Task, with_phase
+from snerd.projections.task import (
+    ACTIVE,
+    BLOCKED,
+    DELAYED,
+    READY,
+    Lane,
+    Task,
+    lane_key,
+    timer_key,
+    with_phase,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +122,6 @@ def advance(state: QueueState, now: float) -> tuple[QueueState, Delta]:
         return state, NO_CHANGE
     new = with_state(state, tasks=tasks, timers=timers, lanes=lanes)
     return new, delta.freeze()
-
-
-def lane_key(task: Task) -> tuple[float, int, str]:
-    """Max urgency first, then FIFO by order."""
-    return (-task.urgency, task.order, task.id)
-
-
-def timer_key(task: Task) -> tuple[float, int, str]:
-    """Earliest first, then FIFO by order."""
-    return (task.not_before or 0.0, task.order, task.id)
 
 
 def from_tables(

@@ -272,6 +272,17 @@ def with_(task: Task, **changes: Any) -> Task:
     return replaced(task, FIELDS, changes)
 
 
+def lane_key(task: Task) -> tuple[float, int, str]:
+    """A READY task's key in its lane's heap: max urgency first, then FIFO by order.
+    (Here, compiled with the fold that calls it for every task made ready.)"""
+    return (-task.urgency, task.order, task.id)
+
+
+def timer_key(task: Task) -> tuple[float, int, str]:
+    """A DELAYED task's key in the timer heap: earliest first, then FIFO by order."""
+    return (task.not_before or 0.0, task.order, task.id)
+
+
 def with_phase(task: Task, phase: str) -> Task:
     """The task in ``phase``, the rest of its bookkeeping as it is."""
     return rebooked(task, task.order, phase, task.attempt, task.claim, task.progress)
