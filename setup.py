@@ -44,6 +44,7 @@ PURE = (
     "snerd/projections/replay.py",
     "snerd/projections/counters.py",
     "snerd/projections/apply.py",
+    "snerd/projections/attempts.py",
     "snerd/projections/heap.py",
     "snerd/projections/pmaps.py",
     "snerd/projections/decide.py",

@@ -3,6 +3,9 @@
 ``decide(state, command, now)`` (``projections/decide.py``) turns each into events or a
 refusal. ``rpc/`` maps JSON lines to these; the embedded API, the dashboard and the
 CLI build them directly. Times are epoch seconds (UTC).
+
+:class:`Finish` and :class:`Claim`, which every task builds or reads, are plain classes
+of ``attempts.py``, which the wheel compiles; the rest are frozen dataclasses.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any, Final
 
 import orjson
 
-from snerd.projections.fields import REASON_MAX_RETRIES
+from snerd.projections.attempts import Claim as Claim  # (exported with the rest)
+from snerd.projections.attempts import Finish as Finish
 from snerd.projections.slots import frozen_init
 
 DEFAULT_MAX_RETRIES: Final = 3
@@ -45,28 +49,6 @@ class Enqueue:
     max_execution_seconds: float | None = None
     pool: str | None = None
     trigger_after_ids: tuple[str, ...] = ()
-
-
-@frozen_init
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """The outcome of ``daemon``'s running ``attempt`` of a task."""
-
-    task_id: str
-    attempt: int
-    success: bool
-    _: KW_ONLY
-    error: str | None = None
-    reason: str = REASON_MAX_RETRIES
-    result: Any = None
-    """A success's result: a JSON value (see :func:`check_result`); None records none."""
-    retry: bool = True
-    """False: the failure is final (``snerd.Fail``, a ``result`` with ``"retry": false``):
-    dead-letter now, whatever retries remain."""
-    jitter: float = 0.0
-    """A draw in [0, 1] made by the shell (the core draws nothing): the random part of an
-    exponential backoff. The chosen retry time is written into the event, so a replay
-    never draws again."""
 
 
 def check_result(value: Any) -> Any:
@@ -117,16 +99,6 @@ class Purge:
     """Delete a dead-letter entry for good."""
 
     key: str
-
-
-@frozen_init
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """Claim the next attempt of each task (a plan's proposal, checked under the lock)."""
-
-    task_ids: tuple[str, ...]
-    lease_seconds: float = 3600.0
-    timeout_grace: float = 1.0
 
 
 @frozen_init

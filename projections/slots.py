@@ -83,8 +83,13 @@ def freeze(cls: type, *, inline: bool = False) -> None:
     params, args = [], []
     namespace: dict[str, Any] = {"_cls": cls, "_twin": twin, "_init": init,
                                  "_set": object.__setattr__}  # fmt: skip
+    keywords: set[str] = set()  # the keyword-only parameters
     for p in list(inspect.signature(init).parameters.values())[1:]:
-        if p.kind is not p.POSITIONAL_OR_KEYWORD:
+        if p.kind is p.KEYWORD_ONLY and not keywords:
+            params.append("*")
+        if p.kind is p.KEYWORD_ONLY:
+            keywords.add(p.name)
+        elif p.kind is not p.POSITIONAL_OR_KEYWORD or keywords:
             raise TypeError(f"{cls.__name__}.__init__ must take plain parameters only")
         if p.default is p.empty:
             params.append(p.name)
@@ -92,12 +97,13 @@ def freeze(cls: type, *, inline: bool = False) -> None:
             namespace[f"_d_{p.name}"] = p.default
             params.append(f"{p.name}=_d_{p.name}")
         args.append(p.name)
-    if inline and not _stores_only(init, twin, args, names):
+    if inline and not _stores_only(init, twin, args, names, keywords):
         raise TypeError(f"{cls.__name__}.__init__ does more than store its parameters")
     if inline:
         body = "".join(f"    self.{name} = {name}\n" for name in args)
     else:
-        body = f"    _init(self, {', '.join(args)})\n"
+        passed = ", ".join(f"{a}={a}" if a in keywords else a for a in args)
+        body = f"    _init(self, {passed})\n"
     exec(  # our own parameter names, read from the signature
         f"def __init__(self, {', '.join(params)}):\n"
         "    _set(self, '__class__', _twin)\n"
@@ -134,15 +140,18 @@ def replaced(obj: T, names: tuple[str, ...], changes: dict[str, Any]) -> T:
     return type(obj)(*values)
 
 
-def _stores_only(init: Callable[..., Any], twin: type, args: list[str], names: list[str]) -> bool:
+def _stores_only(init: Callable[..., Any], twin: type, args: list[str], names: list[str],
+                 keywords: set[str]) -> bool:  # fmt: skip
     """Whether ``init`` does nothing but store each parameter in the slot of its name
-    (asked of it once, with a fresh object for each parameter, on a twin)."""
+    (asked of it once, with a fresh object for each parameter, on a twin; ``keywords``:
+    the parameters it takes by keyword only)."""
     if sorted(args) != sorted(names):
         return False
     probe: Any = object.__new__(twin)
     given = [object() for _ in args]
     try:
-        init(probe, *given)
+        init(probe, *[v for a, v in zip(args, given, strict=True) if a not in keywords],
+             **{a: v for a, v in zip(args, given, strict=True) if a in keywords})  # fmt: skip
     except Exception:
         return False
     return all(getattr(probe, name) is value for name, value in zip(args, given, strict=True))

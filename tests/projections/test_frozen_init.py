@@ -18,8 +18,7 @@ from snerd.projections import commands
 from snerd.projections.slots import frozen_init
 from snerd.rpc import messages
 
-HOT = (commands.Enqueue, commands.Finish, commands.Claim, messages.Enqueue, messages.Result,
-       messages.Progress)  # fmt: skip
+HOT = (commands.Enqueue, messages.Enqueue, messages.Result, messages.Progress)
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -73,8 +72,6 @@ def test_positional_and_keyword_only_arguments_are_the_dataclasses() -> None:
     assert (enqueue.task_id, enqueue.request_id, enqueue.task_data) == ("t", 7, "{}")
     with pytest.raises(TypeError):
         commands.Enqueue("t", "mail", "{}")  # task_data is keyword-only
-    with pytest.raises(TypeError):
-        commands.Finish("t", 1)  # success is required
 
 
 def test_any_frozen_slotted_dataclass_keeps_its_signature_and_factories() -> None:

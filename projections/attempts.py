@@ -1,0 +1,103 @@
+"""The commands about a claimed attempt: claim it (:class:`Claim`), record its outcome
+(:class:`Finish`). Commands as ``commands.py`` says (which exports them with the rest).
+
+Plain classes, in a module the wheel compiles: every task builds a :class:`Finish` and
+reads a :class:`Claim`, natively there (a frozen dataclass's ``__init__`` is interpreted
+code, and compiled code reads its fields through the generic attribute machinery;
+``benchmarks/README.md``, thirty-fifth session). Apart from ``commands.py``, whose
+dataclasses stay Python classes: ``rpc/messages.py`` extends its :class:`Enqueue`, which
+compiled code would then check as exactly its own class. Immutable and compared field by
+field, as the frozen dataclasses they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from snerd.projections.fields import REASON_MAX_RETRIES
+from snerd.projections.slots import field_repr, field_values, freeze
+
+
+class Finish:
+    """The outcome of ``daemon``'s running ``attempt`` of a task.
+
+    ``result``: a success's result, a JSON value (see ``commands.check_result``); None records
+    none. ``retry``: False, the failure is final (``snerd.Fail``, a ``result`` with
+    ``"retry": false``): dead-letter now, whatever retries remain. ``jitter``: a draw in
+    [0, 1] made by the shell (the core draws nothing), the random part of an exponential
+    backoff; the chosen retry time is written into the event, so a replay never draws
+    again."""
+
+    __slots__ = ("attempt", "error", "jitter", "reason", "result", "retry", "success", "task_id")
+
+    def __init__(
+        self, task_id: str, attempt: int, success: bool, *, error: str | None = None,
+        reason: str = REASON_MAX_RETRIES, result: Any = None, retry: bool = True,
+        jitter: float = 0.0,
+    ) -> None:  # fmt: skip
+        self.task_id: Final[str] = task_id
+        self.attempt: Final[int] = attempt
+        self.success: Final[bool] = success
+        self.error: Final[str | None] = error
+        self.reason: Final[str] = reason
+        self.result: Final[Any] = result
+        self.retry: Final[bool] = retry
+        self.jitter: Final[float] = jitter
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Finish:
+            return NotImplemented
+        return field_values(self, _FINISH) == field_values(other, _FINISH)
+
+    def __hash__(self) -> int:
+        return hash(field_values(self, _FINISH))
+
+    def __repr__(self) -> str:
+        return field_repr(self, _FINISH)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _finish, field_values(self, _FINISH)
+
+
+_FINISH: Final = ("task_id", "attempt", "success", "error", "reason", "result", "retry", "jitter")
+
+
+def _finish(task_id: str, attempt: int, success: bool, error: str | None, reason: str,
+            result: Any, retry: bool, jitter: float) -> Finish:  # fmt: skip
+    """A :class:`Finish` from its fields in order (its pickle)."""
+    return Finish(task_id, attempt, success, error=error, reason=reason, result=result,
+                  retry=retry, jitter=jitter)  # fmt: skip
+
+
+freeze(Finish, inline=True)
+
+
+class Claim:
+    """Claim the next attempt of each task (a plan's proposal, checked under the lock)."""
+
+    __slots__ = ("lease_seconds", "task_ids", "timeout_grace")
+
+    def __init__(
+        self, task_ids: tuple[str, ...], lease_seconds: float = 3600.0, timeout_grace: float = 1.0
+    ) -> None:  # fmt: skip
+        self.task_ids: Final[tuple[str, ...]] = task_ids
+        self.lease_seconds: Final[float] = lease_seconds
+        self.timeout_grace: Final[float] = timeout_grace
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Claim:
+            return NotImplemented
+        return field_values(self, _CLAIM) == field_values(other, _CLAIM)
+
+    def __hash__(self) -> int:
+        return hash(field_values(self, _CLAIM))
+
+    def __repr__(self) -> str:
+        return field_repr(self, _CLAIM)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Claim, field_values(self, _CLAIM)
+
+
+_CLAIM: Final = ("task_ids", "lease_seconds", "timeout_grace")
+freeze(Claim, inline=True)
