@@ -70,9 +70,11 @@ def freeze(cls: type, *, inline: bool = False) -> None:
     :func:`fast_init` does. ``inline``: the class's ``__init__`` does nothing but store
     each parameter in the slot of its name, so the frozen ``__init__`` makes those
     stores itself, without calling it (checked once, on a probe: ``TypeError`` when it
-    stores anything else). For a class whose fields are ``Final`` (mypy refuses an
-    assignment). A native class (a wheel's compiled build: its ``Final`` fields are
-    read-only already), or one whose instances cannot change class, is left as it is."""
+    stores anything else). The ``__init__`` takes plain parameters, those after a ``*``
+    by keyword only (``commands.Finish``'s options). For a class whose fields are
+    ``Final`` (mypy refuses an assignment). A native class (a wheel's compiled build: its
+    ``Final`` fields are read-only already), or one whose instances cannot change class,
+    is left as it is."""
     names = [str(name) for name in cls.__dict__.get("__slots__", ())]
     if not names or not isinstance(cls.__dict__.get(names[0]), types.MemberDescriptorType):
         return  # native: its slots are not member descriptors
