@@ -57,6 +57,7 @@ PURE = (
     "snerd/projections/queue_state.py",
     "snerd/rpc/protocol.py",
     "snerd/rpc/replies.py",
+    "snerd/rpc/result.py",
 )
 """Modules a purity contract of pyproject.toml holds (``pure-core``, ``pure-wire``)."""
 

@@ -13,6 +13,7 @@ from snerd.errors import ProtocolError
 from snerd.projections import commands as core
 from snerd.projections import options
 from snerd.projections.slots import frozen_init
+from snerd.rpc.result import Result as Result  # (a plain class: its module says why)
 
 MAX_LINE_BYTES: Final = 1 << 20
 """Longest accepted inbound line in bytes, not counting the line terminator."""
@@ -83,24 +84,6 @@ class Enqueue(core.Enqueue):
 
     action: ClassVar[str] = "enqueue"
     request_id: RequestId | None = None
-
-
-@frozen_init
-@dataclass(frozen=True, slots=True)
-class Result:
-    """Outcome of the running attempt of ``task_id`` (``attempt`` pins which one)."""
-
-    action: ClassVar[str] = "result"
-    task_id: str
-    success: bool
-    _: KW_ONLY
-    error: str | None = None
-    attempt: int | None = None
-    retry: bool = True
-    """False (``"retry": false`` on the line): a failure that dead-letters at once."""
-    request_id: RequestId | None = None
-    result: Any = None
-    """A success's return value (any JSON value; ours, the SDKs never send it)."""
 
 
 @frozen_init

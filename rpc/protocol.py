@@ -283,10 +283,11 @@ _PARSERS: Final[dict[str, Callable[[_Reader], Command]]] = {
 def encode_command(command: Command) -> bytes:
     """The wire line for an inbound command (for clients and tests); parses back equal."""
     msg: dict[str, Any] = {"action": command.action}
-    for f in fields(command):
-        value = getattr(command, f.name)
-        if (value is not None and value != ()) or f.name == "data":
-            msg[f.name] = value
+    names = Result.FIELDS if isinstance(command, Result) else [f.name for f in fields(command)]
+    for name in names:  # (a ``Result`` is a plain class: ``rpc/result.py``)
+        value = getattr(command, name)
+        if (value is not None and value != ()) or name == "data":
+            msg[name] = value
     return orjson.dumps(msg, option=orjson.OPT_APPEND_NEWLINE)
 
 

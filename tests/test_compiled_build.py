@@ -19,7 +19,8 @@ import setup  # noqa: E402  (setup.py: COMPILED and ext_modules, no setup() on i
 sys.path.remove(str(ROOT))
 
 
-PURE = ("snerd/projections/", "snerd/rpc/protocol.py", "snerd/rpc/replies.py")
+PURE = ("snerd/projections/", "snerd/rpc/protocol.py", "snerd/rpc/replies.py",
+        "snerd/rpc/result.py")
 """Where the pure part of the compiled core lives: what pyproject.toml's contracts keep
 pure (``pure-core``, ``pure-wire``)."""
 

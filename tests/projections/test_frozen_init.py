@@ -18,7 +18,7 @@ from snerd.projections import commands
 from snerd.projections.slots import frozen_init
 from snerd.rpc import messages
 
-HOT = (commands.Enqueue, messages.Enqueue, messages.Result, messages.Progress)
+HOT = (commands.Enqueue, messages.Enqueue, messages.Progress)
 
 
 def _fields(obj: Any) -> dict[str, Any]:

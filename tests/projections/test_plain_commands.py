@@ -1,6 +1,6 @@
-"""The commands that are plain classes (``Finish``, ``Claim``: native in the wheel)
-behave as the frozen dataclasses they were: the same signature, equal and hashed field
-by field, shown and pickled with their fields, and immutable."""
+"""The commands that are plain classes (``Finish``, ``Claim``, and the wire's ``Result``:
+native in the wheel) behave as the frozen dataclasses they were: the same signature,
+equal and hashed field by field, shown and pickled with their fields, and immutable."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from snerd.projections.commands import Claim, Finish
 from snerd.projections.fields import REASON_MAX_RETRIES
+from snerd.rpc.messages import Result
+from snerd.rpc.protocol import encode_command, parse_line
 
 _TEXT = st.text(max_size=4)
 _FINISHES = st.builds(
@@ -23,16 +25,24 @@ _FINISHES = st.builds(
     jitter=st.floats(0.0, 1.0),
 )  # fmt: skip
 _CLAIMS = st.builds(Claim, st.tuples(_TEXT), st.floats(0.0, 10.0), st.floats(0.0, 2.0))
+_RESULTS = st.builds(
+    Result, _TEXT, st.booleans(), error=st.none() | _TEXT, attempt=st.none() | st.integers(1, 9),
+    retry=st.booleans(), request_id=st.none() | st.integers(0, 9) | _TEXT,
+    result=st.none() | st.integers(-(2**53), 2**53) | _TEXT,
+)  # fmt: skip
 _FIELDS = {Finish: ("task_id", "attempt", "success", "error", "reason", "result", "retry",
                     "jitter"),
-           Claim: ("task_ids", "lease_seconds", "timeout_grace")}  # fmt: skip
+           Claim: ("task_ids", "lease_seconds", "timeout_grace"),
+           Result: ("task_id", "success", "error", "attempt", "retry", "request_id",
+                    "result")}  # fmt: skip
+_ANY = st.one_of(_FINISHES, _CLAIMS, _RESULTS)
 
 
 def _values(command: Any) -> tuple[Any, ...]:
     return tuple(getattr(command, name) for name in _FIELDS[type(command)])
 
 
-@given(st.one_of(_FINISHES, _CLAIMS), st.one_of(_FINISHES, _CLAIMS))
+@given(_ANY, _ANY)
 def test_equal_and_hashed_field_by_field(a: Any, b: Any) -> None:
     same = type(a) is type(b) and _values(a) == _values(b)
     assert (a == b) is same and (a != b) is not same
@@ -40,13 +50,13 @@ def test_equal_and_hashed_field_by_field(a: Any, b: Any) -> None:
     assert pickle.loads(pickle.dumps(a)) == a and type(pickle.loads(pickle.dumps(a))) is type(a)
 
 
-@given(st.one_of(_FINISHES, _CLAIMS))
+@given(_ANY)
 def test_shown_as_a_dataclass_shows_its_fields(command: Any) -> None:
     shown = ", ".join(f"{name}={getattr(command, name)!r}" for name in _FIELDS[type(command)])
     assert repr(command) == f"{type(command).__name__}({shown})"
 
 
-@given(st.one_of(_FINISHES, _CLAIMS), st.data())
+@given(_ANY, st.data())
 def test_immutable(command: Any, data: Any) -> None:
     name = data.draw(st.sampled_from(_FIELDS[type(command)]))
     before = _values(command)
@@ -74,3 +84,24 @@ def test_the_signatures_are_the_dataclasses() -> None:
     for option in ("e", "r", [1], False, 0.5):
         with pytest.raises(TypeError):
             Finish("t", 1, False, option)  # type: ignore[misc]  # the options by name only
+
+
+_NAMES = st.text("abc-_1", min_size=1, max_size=4)
+_WIRE_RESULTS = st.builds(
+    Result, _NAMES, st.booleans(), error=st.none() | _NAMES, attempt=st.none() | st.integers(1, 9),
+    retry=st.booleans(), request_id=st.none() | st.integers(0, 9) | _NAMES,
+    result=st.none() | st.integers(-(2**53), 2**53) | _NAMES,
+)  # fmt: skip
+
+
+@given(_WIRE_RESULTS)
+def test_a_result_line_parses_back_equal(result: Result) -> None:
+    """``encode_command`` writes a plain class's fields as a dataclass's (a success's
+    ``error`` and a failure's ``result`` are not read back: the parser drops them)."""
+    line = encode_command(result)
+    again = parse_line(line)
+    assert isinstance(again, Result) and again.action == "result"
+    assert (again.task_id, again.success, again.attempt, again.retry, again.request_id) == (
+        result.task_id, result.success, result.attempt, result.retry, result.request_id)
+    assert again.error == (None if result.success else result.error)
+    assert again.result == (result.result if result.success else None)
