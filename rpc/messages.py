@@ -1,6 +1,7 @@
 """The protocol's vocabulary: limits, error codes, and the inbound commands.
 
-Frozen dataclasses, one per action; ``rpc/protocol.py`` parses lines into them and
+Frozen dataclasses, one per action (but ``result``'s, a plain class of ``rpc/result.py``
+that the wheel compiles: one a task); ``rpc/protocol.py`` parses lines into them and
 ``rpc/replies.py`` encodes what goes back. ``specs/protocol.md`` is normative.
 """
 
