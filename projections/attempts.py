@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from snerd.projections.fields import REASON_MAX_RETRIES
-from snerd.projections.slots import field_repr, field_values, freeze
+from snerd.projections.slots import field_repr, field_values, freeze, rebuilt
 
 
 class Finish:
@@ -56,17 +56,10 @@ class Finish:
         return field_repr(self, _FINISH)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _finish, field_values(self, _FINISH)
+        return rebuilt, (Finish, _FINISH, field_values(self, _FINISH))
 
 
 _FINISH: Final = ("task_id", "attempt", "success", "error", "reason", "result", "retry", "jitter")
-
-
-def _finish(task_id: str, attempt: int, success: bool, error: str | None, reason: str,
-            result: Any, retry: bool, jitter: float) -> Finish:  # fmt: skip
-    """A :class:`Finish` from its fields in order (its pickle)."""
-    return Finish(task_id, attempt, success, error=error, reason=reason, result=result,
-                  retry=retry, jitter=jitter)  # fmt: skip
 
 
 freeze(Finish, inline=True)

@@ -131,6 +131,13 @@ def field_repr(obj: object, names: tuple[str, ...]) -> str:
     return f"{type(obj).__name__}({shown})"
 
 
+def rebuilt(cls: type[T], names: tuple[str, ...], values: tuple[Any, ...]) -> T:
+    """``cls`` built from its fields ``names`` and their ``values``, each passed by
+    name (the pickle of a plain value class whose constructor takes some by keyword
+    only: ``__reduce__`` returns ``rebuilt, (cls, names, values)``)."""
+    return cls(**dict(zip(names, values, strict=True)))
+
+
 def replaced(obj: T, names: tuple[str, ...], changes: dict[str, Any]) -> T:
     """``obj``'s class built again from its fields ``names`` (its constructor's order),
     ``changes`` over them; ``AttributeError`` for a name it has not (a value class's

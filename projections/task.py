@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 from pyrsistent import pmap
 
@@ -31,6 +31,7 @@ _LAST_INSTANT: Final = 253_402_300_799.999  # 9999-12-31T23:59:59.999Z
 _PARSED: Final[dict[str, float]] = {}
 _FORMATTED: Final[dict[float, str]] = {}
 _INSTANTS_KEPT: Final = 4096
+T = TypeVar("T")
 
 
 def _parse_cached(text: str) -> float:
@@ -40,11 +41,8 @@ def _parse_cached(text: str) -> float:
     natively, not an ``lru_cache`` (a generic call and its list kept in order, ~2,000
     instructions a lookup); emptied once it holds :data:`_INSTANTS_KEPT` texts."""
     instant = _PARSED.get(text)
-    if instant is None:
-        instant = parse_instant(text)  # (raises before anything is kept)
-        if len(_PARSED) >= _INSTANTS_KEPT:
-            _PARSED.clear()
-        _PARSED[text] = instant
+    if instant is None:  # (parse_instant raises before anything is kept)
+        return _kept(_PARSED, text, parse_instant(text))
     return instant
 
 
@@ -54,11 +52,17 @@ def _format_cached(instant: float) -> str:
     ``lru_cache`` would share them, and as :func:`format_instant` writes them)."""
     text = _FORMATTED.get(instant)
     if text is None:
-        text = format_instant(instant)
-        if len(_FORMATTED) >= _INSTANTS_KEPT:
-            _FORMATTED.clear()
-        _FORMATTED[instant] = text
+        return _kept(_FORMATTED, instant, format_instant(instant))
     return text
+
+
+def _kept(memo: dict[Any, Any], key: Any, value: T) -> T:
+    """``value``, kept under ``key`` in ``memo``, which is emptied first once it holds
+    :data:`_INSTANTS_KEPT` entries."""
+    if len(memo) >= _INSTANTS_KEPT:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 class Claim(NamedTuple):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final
 
-from snerd.projections.slots import field_repr, field_values, freeze
+from snerd.projections.slots import field_repr, field_values, freeze, rebuilt
 
 
 class Result:
@@ -56,14 +56,7 @@ class Result:
         return field_repr(self, Result.FIELDS)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _result, field_values(self, Result.FIELDS)
-
-
-def _result(task_id: str, success: bool, error: str | None, attempt: int | None, retry: bool,
-            request_id: str | int | None, result: Any) -> Result:  # fmt: skip
-    """A :class:`Result` from its fields in order (its pickle)."""
-    return Result(task_id, success, error=error, attempt=attempt, retry=retry,
-                  request_id=request_id, result=result)  # fmt: skip
+        return rebuilt, (Result, Result.FIELDS, field_values(self, Result.FIELDS))
 
 
 freeze(Result, inline=True)
