@@ -45,6 +45,7 @@ PURE = (
     "snerd/projections/counters.py",
     "snerd/projections/apply.py",
     "snerd/projections/attempts.py",
+    "snerd/projections/enqueue.py",
     "snerd/projections/heap.py",
     "snerd/projections/pmaps.py",
     "snerd/projections/decide.py",
@@ -58,6 +59,7 @@ PURE = (
     "snerd/rpc/protocol.py",
     "snerd/rpc/replies.py",
     "snerd/rpc/result.py",
+    "snerd/rpc/enqueue.py",
 )
 """Modules a purity contract of pyproject.toml holds (``pure-core``, ``pure-wire``)."""
 

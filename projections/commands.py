@@ -4,51 +4,26 @@
 refusal. ``rpc/`` maps JSON lines to these; the embedded API, the dashboard and the
 CLI build them directly. Times are epoch seconds (UTC).
 
-:class:`Finish` and :class:`Claim`, which every task builds or reads, are plain classes
-of ``attempts.py``, which the wheel compiles; the rest are frozen dataclasses.
+:class:`Enqueue`, :class:`Finish` and :class:`Claim`, which every task builds or
+reads, are plain classes of ``enqueue.py`` and ``attempts.py``, which the wheel
+compiles; the rest are frozen dataclasses.
 """
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
 from snerd.projections.attempts import Claim as Claim  # (exported with the rest)
 from snerd.projections.attempts import Finish as Finish
+from snerd.projections.enqueue import DEFAULT_MAX_RETRIES as DEFAULT_MAX_RETRIES
+from snerd.projections.enqueue import Enqueue as Enqueue
 from snerd.projections.slots import frozen_init
 
-DEFAULT_MAX_RETRIES: Final = 3
 MAX_RESULT_BYTES: Final = 64 * 1024
 """Largest result (a handler's return value) recorded, in bytes of its JSON text."""
-
-
-@frozen_init
-@dataclass(frozen=True, slots=True)
-class Enqueue:
-    """Add a task. ``task_data`` is JSON text."""
-
-    task_id: str
-    task_type: str
-    _: KW_ONLY
-    task_data: str = "null"
-    max_retries: int = DEFAULT_MAX_RETRIES
-    retry_after_hours: float = 0.0
-    retry_backoff: str | None = None
-    """``"exponential"`` (``projections/backoff.py``); None: the fixed ``retry_after_hours``."""
-    retry_max_delay: float | None = None
-    """The exponential backoff's cap in seconds (set by ``options`` when one is asked for)."""
-    auto_dedupe: bool = False
-    urgency_score: float = 0.0
-    rate_limit_group: str | None = None
-    max_per_minute: int | None = None
-    execute_at: float | None = None
-    cron: str | None = None
-    webhook_url: str | None = None
-    max_execution_seconds: float | None = None
-    pool: str | None = None
-    trigger_after_ids: tuple[str, ...] = ()
 
 
 def check_result(value: Any) -> Any:

@@ -71,20 +71,27 @@ def freeze(cls: type, *, inline: bool = False) -> None:
     each parameter in the slot of its name, so the frozen ``__init__`` makes those
     stores itself, without calling it (checked once, on a probe: ``TypeError`` when it
     stores anything else). The ``__init__`` takes plain parameters, those after a ``*``
-    by keyword only (``commands.Finish``'s options). For a class whose fields are
-    ``Final`` (mypy refuses an assignment). A native class (a wheel's compiled build: its
-    ``Final`` fields are read-only already), or one whose instances cannot change class,
-    is left as it is."""
+    by keyword only (``commands.Finish``'s options).
+
+    A subclass of a frozen class is frozen the same way, with its own slots: its
+    ``__init__`` (not ``inline``) may call the base's, which then stores on the
+    subclass's twin as it is (the wire's ``Enqueue``). The twin is a subclass of
+    ``cls`` that adds no slot, so ``super()`` works in the ``__init__``. For a class
+    whose fields are ``Final`` (mypy refuses an assignment). A native class (a wheel's
+    compiled build: its ``Final`` fields are read-only already), or one whose instances
+    cannot change class, is left as it is."""
     names = [str(name) for name in cls.__dict__.get("__slots__", ())]
     if not names or not isinstance(cls.__dict__.get(names[0]), types.MemberDescriptorType):
         return  # native: its slots are not member descriptors
-    twin = type(f"_{cls.__name__}Fill", (), {"__slots__": tuple(names)})
+    twin = type(f"_{cls.__name__}Fill", (cls,), {
+        "__slots__": (), "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__})  # fmt: skip
     if not _twin_works(cls, twin, names, fresh=True):
         return
     init = cls.__dict__["__init__"]
     params, args = [], []
     namespace: dict[str, Any] = {"_cls": cls, "_twin": twin, "_init": init,
-                                 "_set": object.__setattr__}  # fmt: skip
+                                 "_set": object.__setattr__, "_type": type}  # fmt: skip
     keywords: set[str] = set()  # the keyword-only parameters
     for p in list(inspect.signature(init).parameters.values())[1:]:
         if p.kind is p.KEYWORD_ONLY and not keywords:
@@ -108,9 +115,10 @@ def freeze(cls: type, *, inline: bool = False) -> None:
         body = f"    _init(self, {passed})\n"
     exec(  # our own parameter names, read from the signature
         f"def __init__(self, {', '.join(params)}):\n"
-        "    _set(self, '__class__', _twin)\n"
+        "    mine = _type(self) is _cls  # (else a subclass's, on its twin already)\n"
+        "    if mine: _set(self, '__class__', _twin)\n"
         f"{body}"
-        "    self.__class__ = _cls\n",
+        "    if mine: self.__class__ = _cls\n",
         namespace,
     )
     frozen_init = functools.update_wrapper(namespace["__init__"], init)  # its signature

@@ -1,8 +1,9 @@
 """The protocol's vocabulary: limits, error codes, and the inbound commands.
 
-Frozen dataclasses, one per action (but ``result``'s, a plain class of ``rpc/result.py``
-that the wheel compiles: one a task); ``rpc/protocol.py`` parses lines into them and
-``rpc/replies.py`` encodes what goes back. ``specs/protocol.md`` is normative.
+Frozen dataclasses, one per action (but ``enqueue``'s and ``result``'s, plain classes
+of ``rpc/enqueue.py`` and ``rpc/result.py`` that the wheel compiles: one of each a
+task); ``rpc/protocol.py`` parses lines into them and ``rpc/replies.py`` encodes what
+goes back. ``specs/protocol.md`` is normative.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from snerd.errors import ProtocolError
 from snerd.projections import commands as core
 from snerd.projections import options
 from snerd.projections.slots import frozen_init
-from snerd.rpc.result import Result as Result  # (a plain class: its module says why)
+from snerd.rpc.enqueue import Enqueue as Enqueue  # (plain classes: their modules say why)
+from snerd.rpc.result import Result as Result
 
 MAX_LINE_BYTES: Final = 1 << 20
 """Longest accepted inbound line in bytes, not counting the line terminator."""
@@ -75,15 +77,6 @@ class Register:
     action: ClassVar[str] = "register"
     task_type: str
     _: KW_ONLY
-    request_id: RequestId | None = None
-
-
-@frozen_init
-@dataclass(frozen=True, slots=True)
-class Enqueue(core.Enqueue):
-    """The ``enqueue`` message: the core command plus its ``request_id``."""
-
-    action: ClassVar[str] = "enqueue"
     request_id: RequestId | None = None
 
 

@@ -13,7 +13,7 @@ never an integer; a ``request_id`` (string or integer) is echoed in every reply.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, Final, NoReturn, cast
 
@@ -283,8 +283,11 @@ _PARSERS: Final[dict[str, Callable[[_Reader], Command]]] = {
 def encode_command(command: Command) -> bytes:
     """The wire line for an inbound command (for clients and tests); parses back equal."""
     msg: dict[str, Any] = {"action": command.action}
-    names = Result.FIELDS if isinstance(command, Result) else [f.name for f in fields(command)]
-    for name in names:  # (a ``Result`` is a plain class: ``rpc/result.py``)
+    if isinstance(command, Result | Enqueue):  # (plain classes: their modules say why)
+        names: Sequence[str] = command.FIELDS
+    else:
+        names = [f.name for f in fields(command)]
+    for name in names:
         value = getattr(command, name)
         if (value is not None and value != ()) or name == "data":
             msg[name] = value

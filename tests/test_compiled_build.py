@@ -20,7 +20,7 @@ sys.path.remove(str(ROOT))
 
 
 PURE = ("snerd/projections/", "snerd/rpc/protocol.py", "snerd/rpc/replies.py",
-        "snerd/rpc/result.py")
+        "snerd/rpc/result.py", "snerd/rpc/enqueue.py")
 """Where the pure part of the compiled core lives: what pyproject.toml's contracts keep
 pure (``pure-core``, ``pure-wire``)."""
 

@@ -53,9 +53,7 @@ def _eligible(refused: set[str]) -> Callable[[Task], bool]:
 
 
 def _limited(cmd: Enqueue) -> Enqueue:
-    from dataclasses import replace
-
-    return replace(cmd, max_per_minute=2)
+    return cmd.replace(max_per_minute=2)
 
 
 def _slow(state: QueueState, enqueued: dict[str, Any], now: float,
@@ -140,9 +138,7 @@ def test_the_claim_told_beside_tasks_waiting_for_other_workers(
 
 
 def _typed(cmd: Enqueue, task_type: str) -> Enqueue:
-    from dataclasses import replace
-
-    return replace(cmd, task_type=task_type)
+    return cmd.replace(task_type=task_type)
 
 
 def _waiting(task_id: str, task_type: str) -> QueueState:

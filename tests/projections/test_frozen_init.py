@@ -1,6 +1,7 @@
 """slots.frozen_init: a frozen dataclass built by the fast ``__init__`` is the object the
 dataclass's own ``__init__`` builds (same fields, same signature, still frozen), for the
-commands and wire messages every task builds, and for any class it takes."""
+progress reports a running task may send many of, and for any class it takes (the
+commands every task builds are plain classes: ``test_plain_commands.py``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from snerd.projections import commands
 from snerd.projections.slots import frozen_init
 from snerd.rpc import messages
 
-HOT = (commands.Enqueue, messages.Enqueue, messages.Progress)
+HOT = (messages.Progress, commands.ReportProgress)
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -65,13 +66,6 @@ def test_an_instance_holds_what_the_dataclass_init_would_and_stays_frozen(data: 
         delattr(made, names[0])
     assert pickle.loads(pickle.dumps(made)) == made
     assert made == cls(**kwargs)
-
-
-def test_positional_and_keyword_only_arguments_are_the_dataclasses() -> None:
-    enqueue = messages.Enqueue("t", "mail", 7, task_data="{}")  # request_id by position
-    assert (enqueue.task_id, enqueue.request_id, enqueue.task_data) == ("t", 7, "{}")
-    with pytest.raises(TypeError):
-        commands.Enqueue("t", "mail", "{}")  # task_data is keyword-only
 
 
 def test_any_frozen_slotted_dataclass_keeps_its_signature_and_factories() -> None:

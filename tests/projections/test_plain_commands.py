@@ -1,6 +1,7 @@
-"""The commands that are plain classes (``Finish``, ``Claim``, and the wire's ``Result``:
-native in the wheel) behave as the frozen dataclasses they were: the same signature,
-equal and hashed field by field, shown and pickled with their fields, and immutable."""
+"""The commands that are plain classes (``Enqueue``, ``Finish``, ``Claim``, and the wire's
+``Enqueue`` and ``Result``: native in the wheel) behave as the frozen dataclasses they
+were: the same signature, equal and hashed field by field, shown and pickled with their
+fields, and immutable."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from snerd.projections import commands
 from snerd.projections.commands import Claim, Finish
 from snerd.projections.fields import REASON_MAX_RETRIES
+from snerd.rpc import messages
 from snerd.rpc.messages import Result
 from snerd.rpc.protocol import encode_command, parse_line
 
@@ -30,12 +33,36 @@ _RESULTS = st.builds(
     retry=st.booleans(), request_id=st.none() | st.integers(0, 9) | _TEXT,
     result=st.none() | st.integers(-(2**53), 2**53) | _TEXT,
 )  # fmt: skip
-_FIELDS = {Finish: ("task_id", "attempt", "success", "error", "reason", "result", "retry",
+_OPTIONS: dict[str, Any] = {
+    "task_data": st.sampled_from(["null", "{}", '{"n":1}']), "max_retries": st.integers(0, 9),
+    "retry_after_hours": st.floats(0.0, 2.0), "retry_backoff": st.none() | st.just("exponential"),
+    "retry_max_delay": st.none() | st.floats(1.0, 60.0), "auto_dedupe": st.booleans(),
+    "urgency_score": st.floats(-5.0, 5.0), "rate_limit_group": st.none() | _TEXT,
+    "max_per_minute": st.none() | st.integers(1, 9), "execute_at": st.none() | st.floats(0, 1e9),
+    "cron": st.none() | st.just("* * * * *"), "webhook_url": st.none() | st.just("http://h/"),
+    "max_execution_seconds": st.none() | st.floats(0.5, 9.0), "pool": st.none() | _TEXT,
+    "trigger_after_ids": st.lists(_TEXT, max_size=2).map(tuple),
+}  # fmt: skip
+
+
+def _enqueues(cls: type, *positional: Any) -> Any:
+    """``cls`` built with drawn positional fields and a drawn subset of the options."""
+    return st.fixed_dictionaries({}, optional=_OPTIONS).flatmap(
+        lambda options: st.builds(cls, *positional, **{
+            name: st.just(value) for name, value in options.items()}))  # fmt: skip
+
+
+_CORE_ENQUEUES = _enqueues(commands.Enqueue, _TEXT, _TEXT)
+_WIRE_ENQUEUES = _enqueues(messages.Enqueue, _TEXT, _TEXT, st.none() | st.integers(0, 9) | _TEXT)
+_ENQUEUE_FIELDS = ("task_id", "task_type", *_OPTIONS)
+_FIELDS = {commands.Enqueue: _ENQUEUE_FIELDS,
+           messages.Enqueue: (*_ENQUEUE_FIELDS, "request_id"),
+           Finish: ("task_id", "attempt", "success", "error", "reason", "result", "retry",
                     "jitter"),
            Claim: ("task_ids", "lease_seconds", "timeout_grace"),
            Result: ("task_id", "success", "error", "attempt", "retry", "request_id",
                     "result")}  # fmt: skip
-_ANY = st.one_of(_FINISHES, _CLAIMS, _RESULTS)
+_ANY = st.one_of(_FINISHES, _CLAIMS, _RESULTS, _CORE_ENQUEUES, _WIRE_ENQUEUES)
 
 
 def _values(command: Any) -> tuple[Any, ...]:
@@ -105,3 +132,56 @@ def test_a_result_line_parses_back_equal(result: Result) -> None:
         result.task_id, result.success, result.attempt, result.retry, result.request_id)
     assert again.error == (None if result.success else result.error)
     assert again.result == (result.result if result.success else None)
+
+
+def test_an_enqueue_takes_what_the_dataclass_took() -> None:
+    """The task's id and type by position (the wire's ``request_id`` after them), every
+    option by name only, with the dataclass's defaults."""
+    bare = commands.Enqueue("t", "mail")
+    assert _values(bare) == ("t", "mail", "null", commands.DEFAULT_MAX_RETRIES, 0.0, None, None,
+                             False, 0.0, None, None, None, None, None, None, None, ())  # fmt: skip
+    wire = messages.Enqueue("t", "mail", 7, task_data="{}", pool="p")
+    assert (wire.task_id, wire.request_id, wire.task_data, wire.pool) == ("t", 7, "{}", "p")
+    assert messages.Enqueue("t", "mail").request_id is None
+    named = messages.Enqueue(task_id="t", task_type="mail", request_id="r", max_retries=0)
+    assert (named.request_id, named.max_retries) == ("r", 0)
+    with pytest.raises(TypeError):
+        commands.Enqueue("t", "mail", "{}")  # type: ignore[misc]  # task_data by name only
+    with pytest.raises(TypeError):
+        messages.Enqueue("t", "mail", 7, "{}")  # type: ignore[call-arg]  # likewise
+    with pytest.raises(TypeError):
+        messages.Enqueue("t", "mail", colour="red")  # no such option
+    assert isinstance(wire, commands.Enqueue) and wire != commands.Enqueue("t", "mail")
+
+
+@given(st.one_of(_CORE_ENQUEUES, _WIRE_ENQUEUES), st.data())
+def test_replace_changes_exactly_the_named_fields(command: Any, data: Any) -> None:
+    names = _FIELDS[type(command)]
+    changed = data.draw(st.lists(st.sampled_from(names), unique=True))
+    kinds = {**_OPTIONS, "task_id": _TEXT, "task_type": _TEXT, "request_id": st.integers()}
+    values = {name: data.draw(kinds[name]) for name in changed}  # (each of its type: a
+    before = _values(command)  # compiled class checks them)
+    again = command.replace(**values)
+    assert type(again) is type(command)
+    assert _values(again) == tuple(values.get(n, getattr(command, n)) for n in names)
+    assert _values(command) == before
+    with pytest.raises(TypeError, match="no field colour"):
+        command.replace(colour="red")
+
+
+_WIRE_LINES = st.builds(
+    messages.Enqueue, _NAMES, _NAMES, st.none() | st.integers(0, 9) | _NAMES,
+    task_data=st.sampled_from(["null", "{}", '{"n":1}']), max_retries=st.integers(0, 9),
+    urgency_score=st.floats(-5.0, 5.0), pool=st.none() | _NAMES,
+    trigger_after_ids=st.lists(_NAMES, max_size=2, unique=True).map(tuple),
+    auto_dedupe=st.booleans(),
+).filter(lambda enqueue: enqueue.task_id not in enqueue.trigger_after_ids)  # fmt: skip
+
+
+@given(_WIRE_LINES)
+def test_an_enqueue_line_parses_back_equal(enqueue: messages.Enqueue) -> None:
+    """``encode_command`` writes the wire's ``Enqueue`` (every field, its own
+    ``request_id`` with them) as the dataclass's; the parser builds it again."""
+    line = encode_command(enqueue)
+    assert parse_line(line) == enqueue
+    assert (b'"request_id"' in line) is (enqueue.request_id is not None)

@@ -188,6 +188,40 @@ def test_freeze_refuses_an_init_it_cannot_forward() -> None:
         freeze(Starred)
 
 
+def test_freeze_takes_a_subclass_that_calls_its_base() -> None:
+    """A frozen class's subclass, frozen with its own slot, whose ``__init__`` calls the
+    base's (the wire's ``Enqueue``): built whole, both refuse assignment, and the base's
+    instances are built as before."""
+
+    class Base:
+        __slots__ = ("x", "y")
+
+        def __init__(self, x: int, *, y: int = 7) -> None:
+            self.x = x
+            self.y = y
+
+    class Sub(Base):
+        __slots__ = ("z",)
+
+        def __init__(self, x: int, z: int = 0, *, y: int = 7) -> None:
+            super().__init__(x, y=y)
+            self.z = z
+
+    freeze(Base, inline=True)
+    freeze(Sub)
+    for made in (Sub(1, 2, y=3), Sub(x=1, y=3, z=2)):
+        assert (type(made), made.x, made.y, made.z) == (Sub, 1, 3, 2)
+    assert (type(Base(4)), Base(4).x, Base(4).y) == (Base, 4, 7)
+    assert Sub(5).y == 7
+    for obj, name in ((Sub(1), "x"), (Sub(1), "z"), (Base(1), "y")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, 9)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(obj, name)
+    with pytest.raises(TypeError):
+        Sub(1, w=2)  # the base takes no such option
+
+
 def test_the_state_holds_what_it_is_given_refuses_assignment_and_copies() -> None:
     import pickle
 
