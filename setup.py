@@ -73,6 +73,7 @@ GLUE = (
     "snerd/eventlog/base.py",
     "snerd/eventlog/batching.py",
     "snerd/eventlog/filelog.py",
+    "snerd/eventlog/locking.py",
     "snerd/rpc/output.py",
     "snerd/rpc/handlers.py",
     "snerd/rpc/reader.py",
@@ -87,7 +88,8 @@ The log itself, ``base.py``, ``batching.py`` (its group commit) and ``filelog.py
 another ~8% (twenty-third session): its classes stay open to interpreted subclasses
 (``MemoryLog``, ``PostgresLog``, the tests' ``PatchableFileLog``), whose methods the
 compiled writer calls as Python would; the generator that resumes a writer run by hand
-(``types.coroutine``) lives apart, in ``eventlog/resume.py``. The daemon's reader
+(``types.coroutine``) lives apart, in ``eventlog/resume.py``. Its lock's ``flock`` calls
+(``locking.py``), two a batch (thirty-sixth session). The daemon's reader
 (``rpc/reader.py``: what it does with each line read, and its ``execute`` lines), ~2%
 more (twenty-fourth session); the rest of ``rpc/daemon.py`` (start-up, signals, the
 drain) runs once and stays interpreted.
@@ -100,8 +102,9 @@ the compiled pass, saying why). Compiled code can evaluate a slice's bound twice
 an effect in a slice here. Nor the other constructs mypyc compiles differently, met when
 compiling more (``benchmarks/README.md``, twenty-second session): one name bound by two
 ``except ... as`` clauses of different types, a class attribute without ``ClassVar``
-that a subclass would set, ``types.coroutine``. ``tests/test_compiled_build.py`` scans
-every compiled module for all four."""
+that a subclass would set, ``types.coroutine``, and (thirty-sixth session) an
+``__init__`` called with ``**options``. ``tests/test_compiled_build.py`` scans every
+compiled module for all five."""
 
 COMPILED = PURE + GLUE
 _BUILDS = ("bdist_wheel", "build_ext", "build")

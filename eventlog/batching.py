@@ -545,7 +545,8 @@ class BatchingLog(EventLog):
         if self._closing or self._failure is not None or self._listener is None:
             self._check_usable()
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        # (not ``loop.create_future()``: the same future without a Python-level call)
+        future: asyncio.Future[Any] = asyncio.Future(loop=loop)
         self._queue.append(Request(command, records, durable, future, on_durable, then))
         self.submitted += 1
         if then is not None:

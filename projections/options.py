@@ -141,12 +141,24 @@ official SDK sends with every enqueue): most enqueues carry none of them."""
 def enqueue_options(r: Fields, kind: Callable[..., Enqueue] = Enqueue) -> Enqueue:
     """The enqueue the options in ``r`` ask for (``r.fail`` on the first bad one), made
     by ``kind`` (the wire's subclass, say, with what it adds bound)."""
-    if not _RARE_OPTIONS.isdisjoint(r.msg):
+    common = common_options(r)
+    if common is None:
         return all_enqueue_options(r, kind)
+    task_id, task_type, data, retries, hours = common
+    return kind(task_id, task_type, task_data=data, max_retries=retries, retry_after_hours=hours)
+
+
+def common_options(r: Fields) -> tuple[str, str, str, int, float] | None:
+    """An enqueue's id, type, data, retry count and retry delay, as :func:`enqueue_options`
+    reads them (``r.fail`` on the first bad one), when ``r`` has none of the rare options
+    (the rest default); else None, for :func:`all_enqueue_options`. (The wire's parser
+    builds its own class with them: a direct call where the class is compiled.)"""
+    if not _RARE_OPTIONS.isdisjoint(r.msg):
+        return None
     # None of the rare options: the same checks in the same order, the rest defaults.
     task_id = r.text("task_id")
     task_type, data, retries, hours = _common(r)
-    return kind(task_id, task_type, task_data=data, max_retries=retries, retry_after_hours=hours)
+    return task_id, task_type, data, retries, hours
 
 
 def _common(r: Fields) -> tuple[str, str, int, float]:

@@ -40,7 +40,7 @@ from snerd.projections.options import (
 from snerd.projections.options import (
     MIN_EXECUTE_AT as MIN_EXECUTE_AT,
 )
-from snerd.projections.options import Fields, enqueue_options, opened
+from snerd.projections.options import Fields, all_enqueue_options, common_options, opened
 from snerd.projections.options import depth as depth
 from snerd.projections.options import show as _show
 from snerd.rpc.messages import (
@@ -231,8 +231,13 @@ class _Reader(Fields):
 
 def _parse_enqueue(r: _Reader) -> Enqueue:
     rid = r.request_id
-    kind = Enqueue if rid is None else functools.partial(Enqueue, request_id=rid)
-    return cast(Enqueue, enqueue_options(r, kind))
+    common = common_options(r)  # (the common case: built here, a direct call compiled)
+    if common is None:
+        kind = Enqueue if rid is None else functools.partial(Enqueue, request_id=rid)
+        return cast(Enqueue, all_enqueue_options(r, kind))
+    task_id, task_type, data, retries, hours = common
+    return Enqueue(task_id, task_type, rid, task_data=data, max_retries=retries,
+                   retry_after_hours=hours)  # fmt: skip
 
 
 def _parse_result(r: _Reader) -> Result:

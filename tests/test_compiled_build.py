@@ -36,7 +36,8 @@ def test_the_compiled_modules_are_the_pure_core_and_the_engine() -> None:
         "snerd/dispatcher/engine.py", "snerd/dispatcher/dispatch.py", "snerd/dispatcher/runs.py",
         "snerd/eventlog/chain.py", "snerd/eventlog/codec.py", "snerd/eventlog/batch.py",
         "snerd/eventlog/base.py", "snerd/eventlog/batching.py", "snerd/eventlog/filelog.py",
-        "snerd/rpc/output.py", "snerd/rpc/handlers.py", "snerd/rpc/reader.py",
+        "snerd/eventlog/locking.py", "snerd/rpc/output.py", "snerd/rpc/handlers.py",
+        "snerd/rpc/reader.py",
     )  # fmt: skip
 
 
@@ -102,7 +103,10 @@ def _hazards(source: str) -> list[str]:
       own value of it is never read;
     - ``types.coroutine``: a compiled generator under it no longer drives a task;
     - a call inside a slice's bounds: its bound may be evaluated twice (a match's
-      ``start()`` or ``end()``, a read with no effect, is let be)."""
+      ``start()`` or ``end()``, a read with no effect, is let be);
+    - a call of an ``__init__`` with ``**options``: compiled, the options' dict
+      reached a native base's ``__init__`` as a positional argument (``super()``), or
+      its defaults went unset (the base named), thirty-sixth session."""
     import ast
 
     found: list[str] = []
@@ -130,6 +134,9 @@ def _hazards(source: str) -> list[str]:
                       for bound_ in (node.lower, node.upper, node.step) if bound_ is not None
                       for inner in ast.walk(bound_)
                       if isinstance(inner, ast.Call) and not _a_match_read(inner)]  # fmt: skip
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "__init__" and any(k.arg is None for k in node.keywords)):
+            found.append(f"line {node.lineno}: an __init__ called with **")  # fmt: skip
     return found
 
 
@@ -169,10 +176,14 @@ def test_the_hazard_scan_finds_each_hazard() -> None:
         "@types.coroutine\ndef g():\n    yield\n"
         "v = v[os.write(1, v):]\n"
         "w = line[: m.start()] + line[m.end() :]\n"
+        "super().__init__(a, **options)\n"
+        "Base.__init__(self, a, **options)\n"
     ) == [
         "f: 'exc' bound as ['KeyError', 'ValueError']",
         "class C: attribute FLAG without ClassVar",
         "line 11: types.coroutine",
+        "line 16: an __init__ called with **",
+        "line 17: an __init__ called with **",
         "line 14: a call in a slice's bound",
     ]
     assert _hazards(
@@ -182,4 +193,6 @@ def test_the_hazard_scan_finds_each_hazard() -> None:
         "    except KeyError as exc:\n        pass\n"
         "class C:\n    FLAG: ClassVar[bool] = False\n"
         "v = v[n:]\n"
+        "super().__init__(a, b=b)\n"
+        "f(**options)\n"
     ) == []
