@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from snerd.rpc.output import Output
 
@@ -42,15 +45,20 @@ async def test_write_waits_for_the_turn_and_write_now_does_not() -> None:
         os.close(fd)
 
 
-async def test_flush_sends_what_waits_for_the_turn_in_one_write_now() -> None:
+async def test_flush_sends_what_waits_for_the_turn_in_one_write_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """flush (the daemon's, after a read's lines): the lines written this turn leave at
     once, in one write, and the send that was due at the end of the turn is called off."""
     out, fd = await _pipe_output()
     writes: list[bytes] = []
-    transport = out._transport
-    assert transport is not None
-    real_write = transport.write
-    transport.write = lambda data: (writes.append(bytes(data)), real_write(data))[1]  # type: ignore[method-assign]
+    real_write = os.write
+
+    def write(to: int, data: Any) -> int:
+        writes.append(bytes(data))
+        return real_write(to, data)
+
+    monkeypatch.setattr(os, "write", write)  # (the pipe's writes, ours or the transport's)
     try:
         out.write(b"a\n")
         out.write(b"b\n")
@@ -97,3 +105,49 @@ async def test_a_regular_file_gets_each_line_once_in_order(tmp_path: Path) -> No
         out.write_now(b"last\n")
         await out.close()
     assert path.read_bytes() == b"".join(lines) + b"last\n"
+
+
+async def test_a_full_pipe_keeps_the_order_through_the_transport() -> None:
+    """Lines go straight to the pipe while the transport holds nothing back; a line the
+    pipe cannot take whole leaves the rest with the transport, and the lines after it
+    queue behind it there until it has written all, then go straight again."""
+    out, fd = await _pipe_output()
+    transport = out._transport
+    assert transport is not None
+    try:
+        big = b"x" * (300 << 10) + b"\n"  # more than the pipe holds
+        out.write_now(b"a\n")
+        out.write_now(big)
+        assert transport.get_write_buffer_size() > 0 and not out._direct
+        got = _drain(fd)  # room in the pipe, before the transport's turn to fill it
+        out.write_now(b"b\n")  # behind the rest of the big line all the same
+        out.write(b"c\n")
+        while len(got) < len(big) + 6:
+            got += _drain(fd)
+            await asyncio.sleep(0)  # the transport writes as the pipe empties
+        assert got == b"a\n" + big + b"b\nc\n"
+        assert transport.get_write_buffer_size() == 0
+        out.write_now(b"d\n")
+        assert out._direct and _drain(fd) == b"d\n"  # straight again, at once
+    finally:
+        await out.close()
+        os.close(fd)
+
+
+async def test_lines_to_a_closed_pipe_are_dropped_and_close_closes_once() -> None:
+    out, fd = await _pipe_output()
+    os.close(fd)  # the reader is gone
+    out.write_now(b"a\n")  # no error: the transport hears of it and closes
+    await asyncio.sleep(0)
+    out.write(b"b\n")
+    out.write_now(b"c\n")
+    await asyncio.sleep(0)
+    transport = out._transport
+    assert transport is not None and transport.is_closing()
+    await out.close()
+    reused = os.open(os.devnull, os.O_RDONLY)  # (takes the number closed, as a rule)
+    try:
+        await out.close()  # closes its own descriptor once: never one reusing it
+        os.fstat(reused)
+    finally:
+        os.close(reused)
