@@ -67,6 +67,7 @@ GLUE = (
     "snerd/dispatcher/engine.py",
     "snerd/dispatcher/dispatch.py",
     "snerd/dispatcher/runs.py",
+    "snerd/dispatcher/flags.py",
     "snerd/eventlog/chain.py",
     "snerd/eventlog/codec.py",
     "snerd/eventlog/batch.py",

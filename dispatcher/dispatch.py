@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from snerd.dispatcher.clock import Timer, sleep
 from snerd.dispatcher.executors import Executor
+from snerd.dispatcher.flags import Flag
 from snerd.dispatcher.runs import Run
 from snerd.errors import LogError
 from snerd.eventlog.base import Record
@@ -50,7 +51,7 @@ class Dispatcher:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._wake = asyncio.Event()
+        self._wake = Flag()
         self._timer: Timer | None = None
         self._timer_at: float | None = None
         self._task: asyncio.Task[None] | None = None

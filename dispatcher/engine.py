@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 from snerd.dispatcher.clock import Clock, SystemClock, sleep
 from snerd.dispatcher.dispatch import Claimed, Dispatcher
 from snerd.dispatcher.executors import Executor
+from snerd.dispatcher.flags import Flag
 from snerd.dispatcher.housekeeping import Housekeeper
 from snerd.dispatcher.notify import Notifier
 from snerd.dispatcher.runs import Run
@@ -151,7 +152,7 @@ class Engine:
         self._built: dict[str, tuple[Record, Task]] = {}  # id -> (our record, its task)
         self._confirming: asyncio.Task[None] | None = None  # our liveness lock is in doubt
         self._drained: asyncio.Future[None] | None = None
-        self.changed = asyncio.Event()  # set on every state change; waiters clear it
+        self.changed = Flag()  # set on every state change; waiters clear it
         self.observers: list[Callable[[Sequence[Event], Delta], None]] = []
         """Called after every fold with the typed events and the delta (dashboards, stats)."""
 

@@ -34,10 +34,10 @@ def test_the_compiled_modules_are_the_pure_core_and_the_engine() -> None:
         assert module.__name__.startswith(("snerd.projections.", "snerd.rpc."))
     assert setup.GLUE == (
         "snerd/dispatcher/engine.py", "snerd/dispatcher/dispatch.py", "snerd/dispatcher/runs.py",
-        "snerd/eventlog/chain.py", "snerd/eventlog/codec.py", "snerd/eventlog/batch.py",
-        "snerd/eventlog/base.py", "snerd/eventlog/batching.py", "snerd/eventlog/filelog.py",
-        "snerd/eventlog/locking.py", "snerd/rpc/output.py", "snerd/rpc/handlers.py",
-        "snerd/rpc/reader.py",
+        "snerd/dispatcher/flags.py", "snerd/eventlog/chain.py", "snerd/eventlog/codec.py",
+        "snerd/eventlog/batch.py", "snerd/eventlog/base.py", "snerd/eventlog/batching.py",
+        "snerd/eventlog/filelog.py", "snerd/eventlog/locking.py", "snerd/rpc/output.py",
+        "snerd/rpc/handlers.py", "snerd/rpc/reader.py",
     )  # fmt: skip
 
 
