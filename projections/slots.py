@@ -8,10 +8,11 @@ generates its code. :func:`freeze` makes a plain slotted class (the task, the qu
 state, a fold's delta: native classes in a wheel's compiled build) frozen the same way
 where it is interpreted.
 
-Both fill a *twin*: a plain class with the very same ``__slots__`` (so the same memory
-layout), whose slots take ordinary attribute stores, the interpreter's fastest write;
-then the object becomes an instance of the frozen class (``__class__`` assignment,
-which CPython allows between classes of one layout). The result is the same object
+Both fill a *twin*: a class of the very same memory layout (:func:`fast_init`'s has the
+same ``__slots__``; :func:`freeze`'s is a subclass of the class that adds none), whose
+slots take ordinary attribute stores, the interpreter's fastest write; then the object
+becomes an instance of the frozen class (``__class__`` assignment, which CPython allows
+between classes of one layout). The result is the same object
 ``cls(...)`` builds, in about a third of the time of writing each slot through its
 descriptor. Where an interpreter refuses the class change, both fall back to the
 descriptors. Fields with a ``default_factory`` are required by the constructor.
