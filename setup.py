@@ -46,6 +46,7 @@ PURE = (
     "snerd/projections/apply.py",
     "snerd/projections/attempts.py",
     "snerd/projections/enqueue.py",
+    "snerd/projections/values.py",
     "snerd/projections/heap.py",
     "snerd/projections/pmaps.py",
     "snerd/projections/decide.py",

@@ -12,13 +12,14 @@ field, as the frozen dataclasses they were.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from snerd.projections.fields import REASON_MAX_RETRIES
-from snerd.projections.slots import field_repr, field_values, freeze, rebuilt
+from snerd.projections.slots import freeze
+from snerd.projections.values import Value
 
 
-class Finish:
+class Finish(Value):
     """The outcome of ``daemon``'s running ``attempt`` of a task.
 
     ``result``: a success's result, a JSON value (see ``commands.check_result``); None records
@@ -28,6 +29,8 @@ class Finish:
     backoff; the chosen retry time is written into the event, so a replay never draws
     again."""
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("task_id", "attempt", "success", "error", "reason",
+                                         "result", "retry", "jitter")  # fmt: skip
     __slots__ = ("attempt", "error", "jitter", "reason", "result", "retry", "success", "task_id")
 
     def __init__(
@@ -44,30 +47,14 @@ class Finish:
         self.retry: Final[bool] = retry
         self.jitter: Final[float] = jitter
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not Finish:
-            return NotImplemented
-        return field_values(self, _FINISH) == field_values(other, _FINISH)
-
-    def __hash__(self) -> int:
-        return hash(field_values(self, _FINISH))
-
-    def __repr__(self) -> str:
-        return field_repr(self, _FINISH)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return rebuilt, (Finish, _FINISH, field_values(self, _FINISH))
-
-
-_FINISH: Final = ("task_id", "attempt", "success", "error", "reason", "result", "retry", "jitter")
-
 
 freeze(Finish, inline=True)
 
 
-class Claim:
+class Claim(Value):
     """Claim the next attempt of each task (a plan's proposal, checked under the lock)."""
 
+    FIELDS: ClassVar[tuple[str, ...]] = ("task_ids", "lease_seconds", "timeout_grace")
     __slots__ = ("lease_seconds", "task_ids", "timeout_grace")
 
     def __init__(
@@ -77,20 +64,5 @@ class Claim:
         self.lease_seconds: Final[float] = lease_seconds
         self.timeout_grace: Final[float] = timeout_grace
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not Claim:
-            return NotImplemented
-        return field_values(self, _CLAIM) == field_values(other, _CLAIM)
 
-    def __hash__(self) -> int:
-        return hash(field_values(self, _CLAIM))
-
-    def __repr__(self) -> str:
-        return field_repr(self, _CLAIM)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return Claim, field_values(self, _CLAIM)
-
-
-_CLAIM: Final = ("task_ids", "lease_seconds", "timeout_grace")
 freeze(Claim, inline=True)

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final, TypeVar
 
-from snerd.projections.slots import field_repr, field_values, freeze, rebuilt
+from snerd.projections.slots import freeze, rebuilt
+from snerd.projections.values import Value
 
 DEFAULT_MAX_RETRIES: Final = 3
 
 E = TypeVar("E", bound="Enqueue")
 
 
-class Enqueue:
+class Enqueue(Value):
     """Add a task. ``task_data`` is JSON text; every option after the task's type is
     passed by name.
 
@@ -35,8 +36,8 @@ class Enqueue:
         "rate_limit_group", "max_per_minute", "execute_at", "cron", "webhook_url",
         "max_execution_seconds", "pool", "trigger_after_ids",
     )  # fmt: skip
-    """Its fields in the order the dataclass had them (equality, ``repr``, pickles,
-    ``protocol.encode_command``)."""
+    """Its fields in the order the dataclass had them (``Value``'s equality, ``repr`` and
+    pickles; ``protocol.encode_command``)."""
 
     __slots__ = FIELDS
 
@@ -77,22 +78,6 @@ class Enqueue:
             raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
         values = tuple(changes[name] if name in changes else getattr(self, name) for name in names)
         return rebuilt(type(self), names, values)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        names = type(self).FIELDS
-        return field_values(self, names) == field_values(other, names)
-
-    def __hash__(self) -> int:
-        return hash(field_values(self, type(self).FIELDS))
-
-    def __repr__(self) -> str:
-        return field_repr(self, type(self).FIELDS)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        names = type(self).FIELDS
-        return rebuilt, (type(self), names, field_values(self, names))
 
 
 freeze(Enqueue, inline=True)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Final
 
-from snerd.projections.slots import field_repr, field_values, freeze, rebuilt
+from snerd.projections.slots import freeze
+from snerd.projections.values import Value
 
 
-class Result:
+class Result(Value):
     """Outcome of the running attempt of ``task_id`` (``attempt`` pins which one).
 
     ``retry``: False (``"retry": false`` on the line), a failure that dead-letters at
@@ -43,20 +44,6 @@ class Result:
         self.retry: Final[bool] = retry
         self.request_id: Final[str | int | None] = request_id  # (``messages.RequestId``)
         self.result: Final[Any] = result
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not Result:
-            return NotImplemented
-        return field_values(self, Result.FIELDS) == field_values(other, Result.FIELDS)
-
-    def __hash__(self) -> int:
-        return hash(field_values(self, Result.FIELDS))
-
-    def __repr__(self) -> str:
-        return field_repr(self, Result.FIELDS)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return rebuilt, (Result, Result.FIELDS, field_values(self, Result.FIELDS))
 
 
 freeze(Result, inline=True)
